@@ -1,0 +1,66 @@
+"""hologram's exception hierarchy.
+
+Every error a user can trigger derives from :class:`HologramError` and also from
+the built-in exception a NumPy user would expect (``ValueError`` for bad values,
+``TypeError`` for wrong types, ``MemoryError`` for exhausted pools), so existing
+``except ValueError`` code keeps working.
+"""
+
+from __future__ import annotations
+
+
+class HologramError(Exception):
+    """Base class of all hologram errors."""
+
+
+class BackendUnavailableError(HologramError, RuntimeError):
+    """A requested backend cannot run here; the message says why."""
+
+
+class VerifyError(HologramError, ValueError):
+    """An Atlas ISA program is malformed (shape, dtype, operand or axis error)."""
+
+
+class ParseError(HologramError, ValueError):
+    """The text form of a program could not be parsed."""
+
+
+class ShapeError(HologramError, ValueError):
+    """Operands have sizes or shapes that do not fit the operation."""
+
+
+class DTypeError(HologramError, TypeError):
+    """An operand has a dtype the operation does not accept."""
+
+
+class AliasError(HologramError, ValueError):
+    """An output overlaps an input in a way the operation cannot allow."""
+
+
+class BufferStateError(HologramError, ValueError):
+    """A buffer was used after free, or with an executor that does not own it."""
+
+
+class OutOfMemoryError(HologramError, MemoryError):
+    """A memory pool reached its configured limit."""
+
+
+class HandleError(HologramError, KeyError):
+    """The handle API was given an unknown or already released handle."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable.
+        return str(self.args[0]) if self.args else ""
+
+
+__all__ = [
+    "AliasError",
+    "BackendUnavailableError",
+    "BufferStateError",
+    "DTypeError",
+    "HandleError",
+    "HologramError",
+    "OutOfMemoryError",
+    "ParseError",
+    "ShapeError",
+    "VerifyError",
+]
