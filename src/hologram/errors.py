@@ -21,7 +21,7 @@ class VerifyError(HologramError, ValueError):
     """An Atlas ISA program is malformed (shape, dtype, operand or axis error)."""
 
 
-class ParseError(HologramError, ValueError):
+class ParseError(VerifyError):
     """The text form of a program could not be parsed."""
 
 

@@ -1,0 +1,47 @@
+"""The backend protocol every executor talks to.
+
+A backend compiles a Program once into something it can launch, then launches
+it on arrays in its own memory. Host backends (reference, cpu) take NumPy
+arrays that view the executor's pools, so results land in place.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..isa.program import Program
+
+
+class Backend(ABC):
+    """allocate / copy are the executor's (host pools); compile / launch are ours."""
+
+    name: str = "abstract"
+    device_type: str = "cpu"  # DLPack device kind of the memory this backend computes on
+
+    @abstractmethod
+    def compile(self, program: Program) -> Any:
+        """Turn a verified program into a launchable object (cached by the caller)."""
+
+    @abstractmethod
+    def launch(
+        self,
+        compiled: Any,
+        inputs: Sequence[np.ndarray],
+        outputs: Sequence[np.ndarray],
+        arena: np.ndarray | None = None,
+    ) -> None:
+        """Run ``compiled``, reading ``inputs`` and writing ``outputs`` in place.
+
+        ``arena`` is the executor's boundary pool, which Φ-addressed LDG/STG read
+        and write. Inputs and outputs already have the program's dtypes and shapes.
+        """
+
+    def synchronize(self) -> None:  # noqa: B027 - a no-op is right for host backends
+        """Wait for launched work; host backends finish before launch returns."""
+
+    def describe(self) -> str:
+        return self.name

@@ -1,0 +1,182 @@
+"""The reference backend: a NumPy interpreter of the Atlas ISA.
+
+Always available, deliberately simple, and the oracle every other backend is
+tested against. Each opcode maps to one NumPy expression in a table; NumPy's
+IEEE behaviour (NaN propagation in min/max, inf arithmetic) is the semantics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import DTypeError, ShapeError
+from ..isa.opcodes import REDUCE_IDENTITY, Group, Op, group
+from ..isa.program import Program
+from ..isa.value import Value
+from ..isa.verify import PHI_BOUNDS
+from .base import Backend
+
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return _erf64(x.astype(np.float64)).astype(np.float64).astype(x.dtype)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    one = x.dtype.type(1)
+    return one / (one + np.exp(-x))
+
+
+UNARY: dict[Op, Callable[[np.ndarray], np.ndarray]] = {
+    Op.NEG: np.negative,
+    Op.ABS: np.abs,
+    Op.EXP: np.exp,
+    Op.LOG: np.log,
+    Op.SQRT: np.sqrt,
+    Op.RSQRT: lambda x: x.dtype.type(1) / np.sqrt(x),
+    Op.RECIP: lambda x: x.dtype.type(1) / x,
+    Op.TANH: np.tanh,
+    Op.SIGMOID: _sigmoid,
+    Op.ERF: _erf,
+    Op.SIN: np.sin,
+    Op.COS: np.cos,
+}
+BINARY: dict[Op, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    Op.ADD: np.add,
+    Op.SUB: np.subtract,
+    Op.MUL: np.multiply,
+    Op.DIV: np.divide,
+    Op.MIN: np.minimum,
+    Op.MAX: np.maximum,
+    Op.POW: np.power,
+    Op.CMPLT: np.less,
+    Op.CMPEQ: np.equal,
+}
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    # One rounding for f32 and narrower: the f64 product of two f32 is exact.
+    wide = np.float64 if a.dtype.itemsize <= 4 else a.dtype
+    return (a.astype(wide) * b.astype(wide) + c.astype(wide)).astype(a.dtype)
+
+
+TERNARY: dict[Op, Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]] = {
+    Op.MAD: lambda a, b, c: a * b + c,
+    Op.FMA: _fma,
+    Op.SEL: np.where,
+}
+REDUCE: dict[Op, Callable[..., np.ndarray]] = {
+    Op.RSUM: np.sum,
+    Op.RPROD: np.prod,
+    Op.RMAX: np.max,
+    Op.RMIN: np.min,
+}
+
+
+def _identity(op: Op, d: np.dtype) -> Any:
+    v = REDUCE_IDENTITY[op]
+    if np.issubdtype(d, np.integer) and math.isinf(v):
+        info = np.iinfo(d)
+        return info.min if v < 0 else info.max
+    return d.type(v)
+
+
+def phi_offset(phi: tuple[int, int, int]) -> int:
+    (_, n_cls), (_, n_page), (_, n_byte) = PHI_BOUNDS
+    c, p, b = phi
+    return (c * n_page + p) * n_byte
+
+
+def arena_view(arena: np.ndarray | None, v: Value) -> np.ndarray:
+    """The boundary-pool bytes a Φ-addressed LDG/STG touches, viewed as its dtype."""
+    if arena is None:
+        raise ShapeError(f"{v.op} uses Φ addressing but no boundary pool was given")
+    off = phi_offset(v.attr("phi"))
+    nbytes = v.size * v.dtype.itemsize
+    if off + nbytes > arena.nbytes:
+        raise ShapeError(
+            f"{v.op} at Φ{v.attr('phi')} needs {nbytes} bytes from offset {off}, "
+            f"past the {arena.nbytes}-byte boundary pool"
+        )
+    if off % v.dtype.itemsize:
+        raise ShapeError(f"{v.op} at Φ{v.attr('phi')} is not aligned to {v.dtype}")
+    return arena[off:off + nbytes].view(v.dtype.np_dtype).reshape(v.shape)
+
+
+def evaluate(
+    program: Program,
+    inputs: Sequence[np.ndarray],
+    arena: np.ndarray | None = None,
+) -> tuple[list[np.ndarray], list[tuple[Value, np.ndarray]]]:
+    """Compute every STG value: (outputs by index, Φ stores). Nothing is written yet,
+    so an output that aliases an input reads the input's old contents."""
+    env: dict[int, np.ndarray] = {}
+    outs: dict[int, np.ndarray] = {}
+    phi_stores: list[tuple[Value, np.ndarray]] = []
+    with np.errstate(all="ignore"):
+        for v in program.instructions:
+            g = group(v.op)
+            src = [env[id(s)] for s in v.srcs]
+            if v.op is Op.LDG:
+                phi = v.attr("phi")
+                r = arena_view(arena, v).copy() if phi else inputs[v.attr("in")]
+            elif v.op is Op.STG:
+                val = np.asarray(src[0])
+                if v.attr("phi") is not None:
+                    phi_stores.append((v, val))
+                else:
+                    outs[v.attr("out")] = val
+                continue
+            elif g is Group.CONST:
+                r = np.full(v.shape, v.attr("value"), dtype=v.dtype.np_dtype)
+            elif g is Group.UNARY:
+                r = UNARY[v.op](src[0])
+            elif g in (Group.BINARY, Group.COMPARE):
+                r = BINARY[v.op](src[0], src[1])
+            elif g in (Group.TERNARY, Group.SELECT):
+                r = TERNARY[v.op](*src)
+            elif g is Group.CAST:
+                r = src[0].astype(v.dtype.np_dtype)
+            elif g is Group.REDUCE:
+                x = src[0]
+                axes = v.attr("axes")
+                extra = {"initial": _identity(v.op, x.dtype)} if x.size == 0 else {}
+                r = REDUCE[v.op](x, axis=axes, keepdims=True, **extra)
+            elif v.op is Op.RESHAPE:
+                r = src[0].reshape(v.shape)
+            elif v.op is Op.EXPAND:
+                r = np.broadcast_to(src[0], v.shape)
+            elif v.op is Op.PERMUTE:
+                r = np.transpose(src[0], v.attr("perm"))
+            elif v.op is Op.GEMM:
+                r = np.matmul(src[0], src[1])
+            else:  # pragma: no cover - every opcode has a row above
+                raise NotImplementedError(v.op)
+            env[id(v)] = np.asarray(r, dtype=v.dtype.np_dtype)
+    return [outs[i] for i in range(len(outs))], phi_stores
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+
+    def compile(self, program: Program) -> Program:
+        program.verify()
+        for v in program.instructions:
+            if v.dtype.np_dtype is None:
+                raise DTypeError(
+                    f"{v.op}.{v.dtype}: NumPy has no {v.dtype} dtype here "
+                    "(install ml_dtypes for bf16)"
+                )
+        return program
+
+    def launch(self, compiled: Program, inputs, outputs, arena=None) -> None:
+        results, phi_stores = evaluate(compiled, inputs, arena)
+        for dst, val in zip(outputs, results, strict=True):
+            np.copyto(dst, val, casting="unsafe")
+        for v, val in phi_stores:
+            np.copyto(arena_view(arena, v), val, casting="unsafe")

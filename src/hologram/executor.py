@@ -1,0 +1,248 @@
+"""Executor: owns a backend, its memory pools, its buffers and its compiled kernels.
+
+Everything a user runs goes through ``Executor.run`` (or the op library, which
+builds programs and calls it), so swapping the backend never changes callers.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .backends import registry
+from .backends.base import Backend
+from .buffer import Buffer, normalize_shape
+from .errors import AliasError, BufferStateError, DTypeError, ShapeError
+from .isa.dtypes import SUPPORTED, DType, to_dtype
+from .isa.opcodes import ELEMENTWISE, group
+from .isa.program import Program
+from .memory import MemoryManager
+
+
+def elementwise_only(program: Program) -> bool:
+    """True when each output element depends only on the same element of each input,
+    which is what makes exact in-place aliasing safe."""
+    from .isa.opcodes import Group
+
+    ok = ELEMENTWISE | {Group.MEMORY}
+    return all(group(v.op) in ok for v in program.instructions)
+
+
+class Executor:
+    """Run Atlas ISA programs on one backend.
+
+    ``backend``: 'auto' (the best available, see ``get_default_backend``), 'cpu',
+    'cuda', 'metal', 'webgpu' or 'reference'. ``memory_limit``: bytes the linear
+    pool may hold before allocation raises OutOfMemoryError (None: no limit).
+    """
+
+    def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None:
+        self.requested_backend = backend
+        self.backend: Backend = registry.create(backend)
+        self._memory = MemoryManager(limit=memory_limit)
+        self._buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
+        self._kernels: dict[str, Any] = {}
+        self._lock = threading.RLock()
+        self.closed = False
+
+    @property
+    def backend_name(self) -> str:
+        return self.backend.name
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self._buffers)} buffers"
+        return f"<hologram.Executor backend={self.backend_name!r} {state}>"
+
+    # --- lifetime -----------------------------------------------------------------
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Free every buffer and cached kernel; the executor cannot be used afterwards."""
+        if self.closed:
+            return
+        with self._lock:
+            for buf in list(self._buffers.values()):
+                buf.free()
+            self._kernels.clear()
+            self._memory.empty_cache()
+            self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise BufferStateError("executor: it is closed")
+
+    # --- memory -----------------------------------------------------------------
+    def allocate(self, size_or_shape: int | Sequence[int], dtype: Any = np.float32) -> Buffer:
+        """A new buffer of ``size_or_shape`` elements (contents undefined)."""
+        self._check_open()
+        shape = normalize_shape(size_or_shape)
+        d = self._dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * d.itemsize
+        with self._lock:
+            block = self._memory.allocate(nbytes)
+            return self._adopt(block, shape, d)
+
+    def allocate_boundary(self, class_index: int, width: int = 48, height: int = 256,
+                          dtype: Any = np.float32) -> Buffer:
+        """A buffer at Φ(class_index, 0, 0) spanning ``width`` pages of ``height`` bytes.
+
+        Pages are 256 bytes and a class holds 48 of them, so width<=48, height<=256;
+        the buffer is then addressable from programs as ``ldg ... phi=(class, page, byte)``.
+        """
+        self._check_open()
+        for name, v, hi in (("class_index", class_index, 95), ("width", width, 48),
+                            ("height", height, 256)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+            lo = 0 if name == "class_index" else 1
+            if not lo <= v <= hi:
+                raise ShapeError(f"{name}: must be in [{lo}, {hi}], got {v}")
+        d = self._dtype(dtype)
+        nbytes = int(width) * int(height)
+        if nbytes % d.itemsize:
+            raise ShapeError(f"width*height = {nbytes} bytes is not a whole number of {d}")
+        with self._lock:
+            block = self._memory.allocate_boundary(int(class_index), nbytes)
+            return self._adopt(block, (nbytes // d.itemsize,), d)
+
+    def _adopt(self, block: Any, shape: tuple[int, ...], d: DType) -> Buffer:
+        arr = block.array.view(d.np_dtype).reshape(shape)
+        buf = Buffer(self, arr, shape, d, block)
+        self._buffers[id(buf)] = buf
+        return buf
+
+    def wrap(self, array: np.ndarray, owner: Any = None) -> Buffer:
+        """A Buffer over existing host memory (zero-copy); ``owner`` is kept alive."""
+        self._check_open()
+        if self.backend.device_type != "cpu":
+            raise BufferStateError(f"wrap: backend {self.backend_name!r} does not use host memory")
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"array: expected a NumPy array, got {type(array).__name__}")
+        if not array.flags.c_contiguous:
+            raise ShapeError("array: must be C-contiguous to be shared without a copy")
+        d = self._dtype(array.dtype)
+        buf = Buffer(self, array, tuple(array.shape), d, None, external=owner)
+        self._buffers[id(buf)] = buf
+        return buf
+
+    def _release(self, buf: Buffer) -> None:
+        with self._lock:
+            self._buffers.pop(id(buf), None)
+            if buf._block is not None:
+                self._memory.free(buf._block)
+            buf._array = np.empty(0, dtype=buf._array.dtype)  # drop our view of the pool
+
+    def memory_stats(self) -> dict[str, Any]:
+        """Bytes allocated, cached and at peak, in total and per pool."""
+        return self._memory.stats()
+
+    def empty_cache(self) -> None:
+        """Return cached (free) blocks of the linear pool to the system."""
+        self._memory.empty_cache()
+
+    @property
+    def memory_limit(self) -> int | None:
+        return self._memory.limit
+
+    @memory_limit.setter
+    def memory_limit(self, value: int | None) -> None:
+        self._memory.limit = value
+
+    @property
+    def boundary_arena(self) -> np.ndarray:
+        return self._memory.arena
+
+    # --- running programs ---------------------------------------------------------
+    def compile(self, program: Program) -> Any:
+        """The backend's compiled form of ``program``, built once per program content."""
+        self._check_open()
+        key = program.hash
+        k = self._kernels.get(key)
+        if k is None:
+            with self._lock:
+                k = self._kernels.get(key)
+                if k is None:
+                    k = self.backend.compile(program)
+                    self._kernels[key] = k
+        return k
+
+    def run(self, program: Program, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
+        """Run ``program`` reading ``inputs`` and writing ``outputs`` in place.
+
+        Buffers must belong to this executor and hold exactly the elements and dtype
+        of the program's inputs and outputs (shapes may differ: data is row-major).
+        """
+        self._check_open()
+        in_arrays = [self._operand(b, spec, f"inputs[{i}]")
+                     for i, (b, spec) in enumerate(zip(inputs, program.inputs, strict=False))]
+        if len(inputs) != len(program.inputs):
+            raise ShapeError(f"inputs: program takes {len(program.inputs)}, got {len(inputs)}")
+        specs = program.output_specs
+        if len(outputs) != len(specs):
+            raise ShapeError(f"outputs: program writes {len(specs)}, got {len(outputs)}")
+        out_arrays = [self._operand(b, spec, f"outputs[{i}]", write=True)
+                      for i, (b, spec) in enumerate(zip(outputs, specs, strict=True))]
+        self.launch(program, in_arrays, out_arrays)
+
+    def launch(self, program: Program, in_arrays: Sequence[np.ndarray],
+               out_arrays: Sequence[np.ndarray]) -> None:
+        """Run on arrays already checked against the program (the op library's path)."""
+        check_aliasing(program, in_arrays, out_arrays)
+        compiled = self.compile(program)
+        self.backend.launch(compiled, in_arrays, out_arrays, self._memory.arena)
+
+    def _operand(self, buf: Any, spec: tuple[DType, tuple[int, ...]], what: str,
+                 write: bool = False) -> np.ndarray:
+        if not isinstance(buf, Buffer):
+            raise TypeError(f"{what}: expected a hologram Buffer, got {type(buf).__name__}")
+        buf._check(self, what)
+        d, shape = spec
+        if buf.isa_dtype is not d:
+            raise DTypeError(f"{what}: expected dtype {d}, got {buf.isa_dtype}")
+        size = int(np.prod(shape, dtype=np.int64))
+        if buf.size != size:
+            raise ShapeError(f"{what}: expected {size} elements {list(shape)}, got {buf.size}")
+        if write and not buf.writable:
+            raise BufferStateError(f"{what}: the buffer is read-only")
+        return buf.view().reshape(shape)
+
+    def synchronize(self) -> None:
+        self.backend.synchronize()
+
+    def _dtype(self, dtype: Any) -> DType:
+        d = to_dtype(dtype)
+        if d not in SUPPORTED:
+            names = ", ".join(sorted(x.name for x in SUPPORTED))
+            raise DTypeError(f"dtype: {d} is not supported by executors yet (supported: {names})")
+        return d
+
+
+def check_aliasing(program: Program, ins: Sequence[np.ndarray],
+                   outs: Sequence[np.ndarray]) -> None:
+    """Outputs may not overlap each other; an output may overlap an input only exactly
+    (same memory, same layout) and only in an element-wise program."""
+    for i, o in enumerate(outs):
+        if o.size == 0:
+            continue
+        for j, o2 in enumerate(outs[:i]):
+            if o2.size and np.shares_memory(o, o2):
+                raise AliasError(f"outputs[{i}] overlaps outputs[{j}]")
+        for j, x in enumerate(ins):
+            if x.size == 0 or not np.may_share_memory(o, x):
+                continue
+            same = (o.__array_interface__["data"][0] == x.__array_interface__["data"][0]
+                    and o.shape == x.shape and o.strides == x.strides)
+            if not same:
+                raise AliasError(f"outputs[{i}] partly overlaps inputs[{j}]")
+            if not elementwise_only(program):
+                raise AliasError(
+                    f"outputs[{i}] is inputs[{j}]: in-place is only allowed for element-wise ops"
+                )

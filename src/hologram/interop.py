@@ -1,0 +1,57 @@
+"""Taking arrays from other libraries without copying them.
+
+Anything that speaks DLPack (NumPy, PyTorch, JAX, CuPy on the host) becomes a
+Buffer that views the producer's memory; results written to it are visible to
+the producer. NumPy's ``from_dlpack`` does the protocol work.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from .buffer import Buffer
+from .errors import ShapeError
+from .executor import Executor
+
+_DEFAULT: dict[str, Executor] = {}
+_LOCK = threading.Lock()
+
+
+def default_executor(backend: str = "cpu") -> Executor:
+    """One shared executor per backend for calls that name none (created on first use)."""
+    ex = _DEFAULT.get(backend)
+    if ex is None or ex.closed:
+        with _LOCK:
+            ex = _DEFAULT.get(backend)
+            if ex is None or ex.closed:
+                ex = Executor(backend)
+                _DEFAULT[backend] = ex
+    return ex
+
+
+def from_dlpack(x: Any, executor: Executor | None = None, copy: bool | None = None) -> Buffer:
+    """Wrap a DLPack-capable host array as a Buffer, sharing its memory.
+
+    ``copy=None`` shares when it can and copies a non-contiguous array;
+    ``copy=False`` raises instead of copying; ``copy=True`` always copies.
+    """
+    ex = executor if executor is not None else default_executor("cpu")
+    if isinstance(x, np.ndarray):
+        arr = x
+    else:
+        if not hasattr(x, "__dlpack__"):
+            raise TypeError(f"x: expected an object with __dlpack__, got {type(x).__name__}")
+        try:
+            arr = np.from_dlpack(x)
+        except (BufferError, RuntimeError, TypeError) as e:
+            raise TypeError(f"x: cannot be shared through DLPack: {e}") from e
+    if copy:
+        arr = np.ascontiguousarray(arr).copy()
+    elif not arr.flags.c_contiguous:
+        if copy is False:
+            raise ShapeError("x: is not contiguous; sharing it needs a copy (copy=False given)")
+        arr = np.ascontiguousarray(arr)
+    return ex.wrap(arr, owner=x)

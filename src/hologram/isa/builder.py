@@ -1,0 +1,274 @@
+"""Building Atlas ISA programs: typed constructors and an operator-overloading ``Var``.
+
+Every constructor types its result through ``verify.infer``, so a program built
+here is valid by construction, and NumPy broadcasting is spelled out as explicit
+RESHAPE and EXPAND (the backends then never guess at index arithmetic).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Union
+
+import numpy as np
+
+from ..errors import ShapeError, VerifyError
+from . import dtypes
+from .dtypes import DType, to_dtype
+from .opcodes import Op
+from .value import Shape, Value
+from .verify import RuleError, infer, normalize_axes
+
+
+def make(op: Op, srcs: Sequence[Value] = (), attrs: dict | None = None,
+         dtype: DType | None = None, shape: Shape = ()) -> Value:
+    """Create an instruction, typed by the ISA rules; a rule violation is a VerifyError."""
+    attrs = attrs or {}
+    try:
+        d, s = infer(op, srcs, attrs, dtype, tuple(shape))
+    except RuleError as e:
+        raise VerifyError(f"{op}: {e}") from None
+    return Value(op, d, s, tuple(srcs), tuple(attrs.items()))
+
+
+def ldg(index: int, dtype: DType | str, shape: Shape) -> Value:
+    return make(Op.LDG, (), {"in": int(index)}, to_dtype(dtype), tuple(shape))
+
+
+def ldg_phi(phi: tuple[int, int, int], dtype: DType | str, shape: Shape) -> Value:
+    return make(Op.LDG, (), {"phi": tuple(phi)}, to_dtype(dtype), tuple(shape))
+
+
+def stg(x: Value, index: int) -> Value:
+    return make(Op.STG, (x,), {"out": int(index)})
+
+
+def stg_phi(x: Value, phi: tuple[int, int, int]) -> Value:
+    return make(Op.STG, (x,), {"phi": tuple(phi)})
+
+
+def const(value: float | int | bool, dtype: DType | str, shape: Shape = ()) -> Value:
+    d = to_dtype(dtype)
+    py = {"f": float, "i": int, "b": bool}[d.kind](value)
+    return make(Op.CONST, (), {"value": py}, d, tuple(shape))
+
+
+def broadcast_shape(*shapes: Shape) -> Shape:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(
+            "shapes " + ", ".join(str(list(s)) for s in shapes) + " do not broadcast"
+        ) from None
+
+
+def reshape(x: Value, shape: Shape) -> Value:
+    shape = tuple(int(s) for s in shape)
+    return x if shape == x.shape else make(Op.RESHAPE, (x,), None, x.dtype, shape)
+
+
+def expand(x: Value, shape: Shape) -> Value:
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    if x.op is Op.CONST:  # a constant is already the same everywhere
+        return const(x.attr("value"), x.dtype, shape)
+    if x.ndim < len(shape):
+        x = reshape(x, (1,) * (len(shape) - x.ndim) + x.shape)
+    return make(Op.EXPAND, (x,), None, x.dtype, shape)
+
+
+def permute(x: Value, perm: Sequence[int]) -> Value:
+    perm = tuple(int(p) for p in perm)
+    if perm == tuple(range(x.ndim)):
+        return x
+    return make(Op.PERMUTE, (x,), {"perm": perm})
+
+
+def cast(x: Value, dtype: DType | str) -> Value:
+    d = to_dtype(dtype)
+    return x if d is x.dtype else make(Op.CVT, (x,), None, d, x.shape)
+
+
+def unary(op: Op, x: Value) -> Value:
+    return make(op, (x,))
+
+
+def elementwise(op: Op, *xs: Value) -> Value:
+    """An element-wise op over operands broadcast to one shape."""
+    shape = broadcast_shape(*(x.shape for x in xs))
+    return make(op, tuple(expand(x, shape) for x in xs))
+
+
+def reduce(op: Op, x: Value, axes: int | Sequence[int] | None = None,
+           keepdims: bool = False) -> Value:
+    if axes is None:
+        axes = tuple(range(x.ndim))
+    elif isinstance(axes, int):
+        axes = (axes,)
+    try:
+        norm = normalize_axes(tuple(axes), x.ndim)
+    except RuleError as e:
+        raise VerifyError(f"{op}: {e}") from None
+    if not norm:
+        return x
+    r = make(op, (x,), {"axes": norm})
+    if keepdims:
+        return r
+    return reshape(r, tuple(n for i, n in enumerate(x.shape) if i not in norm))
+
+
+def gemm(a: Value, b: Value) -> Value:
+    return make(Op.GEMM, (a, b))
+
+
+Operand = Union["Var", Value, float, int, bool]
+
+
+class Var:
+    """A Value with Python operators, for writing composite ops and traced functions.
+
+    Python scalars become constants of the other operand's dtype, so
+    ``0.5 * x`` stays f32 when x is f32 (NumPy's rule for Python scalars).
+    """
+
+    __slots__ = ("v",)
+    __array_priority__ = 1000  # keep NumPy scalars from taking over the operators
+
+    def __init__(self, v: Value) -> None:
+        self.v = v
+
+    @property
+    def shape(self) -> Shape:
+        return self.v.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.v.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.v.ndim
+
+    def _lift(self, other: Operand) -> Value:
+        if isinstance(other, Var):
+            return other.v
+        if isinstance(other, Value):
+            return other
+        if isinstance(other, (bool, int, float, np.generic)):
+            return const(other.item() if isinstance(other, np.generic) else other,
+                         self.v.dtype, self.v.shape)
+        return NotImplemented  # type: ignore[return-value]
+
+    def _bin(self, op: Op, other: Operand, reverse: bool = False) -> Var:
+        o = self._lift(other)
+        if o is NotImplemented:
+            return NotImplemented  # type: ignore[return-value]
+        a, b = (o, self.v) if reverse else (self.v, o)
+        if a.dtype is not b.dtype:
+            raise VerifyError(f"{op}: operands differ in dtype ({a.dtype} vs {b.dtype})")
+        return Var(elementwise(op, a, b))
+
+    def __add__(self, o: Operand) -> Var: return self._bin(Op.ADD, o)
+    def __radd__(self, o: Operand) -> Var: return self._bin(Op.ADD, o, True)
+    def __sub__(self, o: Operand) -> Var: return self._bin(Op.SUB, o)
+    def __rsub__(self, o: Operand) -> Var: return self._bin(Op.SUB, o, True)
+    def __mul__(self, o: Operand) -> Var: return self._bin(Op.MUL, o)
+    def __rmul__(self, o: Operand) -> Var: return self._bin(Op.MUL, o, True)
+    def __truediv__(self, o: Operand) -> Var: return self._bin(Op.DIV, o)
+    def __rtruediv__(self, o: Operand) -> Var: return self._bin(Op.DIV, o, True)
+    def __pow__(self, o: Operand) -> Var: return self._bin(Op.POW, o)
+    def __rpow__(self, o: Operand) -> Var: return self._bin(Op.POW, o, True)
+    def __lt__(self, o: Operand) -> Var: return self._bin(Op.CMPLT, o)
+    def __gt__(self, o: Operand) -> Var: return self._bin(Op.CMPLT, o, True)
+    def __neg__(self) -> Var: return Var(unary(Op.NEG, self.v))
+    def __abs__(self) -> Var: return Var(unary(Op.ABS, self.v))
+    def __matmul__(self, o: Var) -> Var: return Var(gemm(self.v, o.v))
+
+    def eq(self, o: Operand) -> Var: return self._bin(Op.CMPEQ, o)
+    def minimum(self, o: Operand) -> Var: return self._bin(Op.MIN, o)
+    def maximum(self, o: Operand) -> Var: return self._bin(Op.MAX, o)
+
+    def exp(self) -> Var: return Var(unary(Op.EXP, self.v))
+    def log(self) -> Var: return Var(unary(Op.LOG, self.v))
+    def sqrt(self) -> Var: return Var(unary(Op.SQRT, self.v))
+    def rsqrt(self) -> Var: return Var(unary(Op.RSQRT, self.v))
+    def recip(self) -> Var: return Var(unary(Op.RECIP, self.v))
+    def tanh(self) -> Var: return Var(unary(Op.TANH, self.v))
+    def sigmoid(self) -> Var: return Var(unary(Op.SIGMOID, self.v))
+    def erf(self) -> Var: return Var(unary(Op.ERF, self.v))
+    def sin(self) -> Var: return Var(unary(Op.SIN, self.v))
+    def cos(self) -> Var: return Var(unary(Op.COS, self.v))
+
+    def where(self, a: Operand, b: Operand) -> Var:
+        """self is the bool condition: self ? a : b."""
+        ref = a if isinstance(a, Var) else b if isinstance(b, Var) else None
+        if ref is None:
+            raise VerifyError("sel: at least one branch must be an array")
+        av, bv = ref._lift(a), ref._lift(b)
+        return Var(elementwise(Op.SEL, self.v, av, bv))
+
+    def mad(self, b: Operand, c: Operand) -> Var:
+        return Var(elementwise(Op.MAD, self.v, self._lift(b), self._lift(c)))
+
+    def sum(self, axis=None, keepdims=False) -> Var:
+        return Var(reduce(Op.RSUM, self.v, axis, keepdims))
+
+    def max(self, axis=None, keepdims=False) -> Var:
+        return Var(reduce(Op.RMAX, self.v, axis, keepdims))
+
+    def min(self, axis=None, keepdims=False) -> Var:
+        return Var(reduce(Op.RMIN, self.v, axis, keepdims))
+
+    def prod(self, axis=None, keepdims=False) -> Var:
+        return Var(reduce(Op.RPROD, self.v, axis, keepdims))
+
+    def mean(self, axis=None, keepdims=False) -> Var:
+        axes = range(self.ndim) if axis is None else [axis] if isinstance(axis, int) else axis
+        n = math.prod(self.shape[a] for a in axes)
+        # 1/n is not exact for most n; dividing keeps the result correctly rounded.
+        return self.sum(axis, keepdims) / float(n) if n else self.sum(axis, keepdims) / 0.0
+
+    def reshape(self, *shape) -> Var:
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            shape = tuple(self.v.size // known if s == -1 else s for s in shape)
+        return Var(reshape(self.v, tuple(shape)))
+
+    def expand(self, shape: Shape) -> Var:
+        return Var(expand(self.v, tuple(shape)))
+
+    def permute(self, *perm) -> Var:
+        perm = perm[0] if len(perm) == 1 and isinstance(perm[0], (tuple, list)) else perm
+        return Var(permute(self.v, perm))
+
+    @property
+    def T(self) -> Var:
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def cast(self, dtype: DType | str) -> Var:
+        return Var(cast(self.v, dtype))
+
+    def __repr__(self) -> str:
+        return f"Var({self.v!r})"
+
+
+def program(fn, in_specs: Sequence[tuple[DType | str, Shape]], name: str = ""):
+    """Build a Program by calling ``fn`` on one Var per input; fn returns Var(s)."""
+    from .program import Program
+
+    specs = [(to_dtype(d), tuple(s)) for d, s in in_specs]
+    args = [Var(ldg(i, d, s)) for i, (d, s) in enumerate(specs)]
+    result = fn(*args)
+    outs = result if isinstance(result, (tuple, list)) else (result,)
+    stores = [stg(o.v if isinstance(o, Var) else o, i) for i, o in enumerate(outs)]
+    return Program(stores, specs, name=name)
+
+
+__all__ = [
+    "Var", "broadcast_shape", "cast", "const", "dtypes", "elementwise", "expand", "gemm",
+    "ldg", "ldg_phi", "make", "permute", "program", "reduce", "reshape", "stg", "stg_phi",
+    "unary",
+]

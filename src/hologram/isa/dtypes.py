@@ -1,0 +1,88 @@
+"""The dtype table of the Atlas ISA.
+
+One row per dtype: every backend (C renderer, DLPack, NumPy interop) reads the
+same row instead of keeping its own ``if dtype == ...`` chain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DTypeError
+
+try:  # bfloat16 has no NumPy dtype of its own; ml_dtypes provides one if installed.
+    import ml_dtypes as _ml_dtypes
+
+    _BF16 = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - depends on the environment
+    _BF16 = None
+
+# DLPack type codes (dlpack.h, DLDataTypeCode).
+DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL = 0, 1, 2, 4, 6
+
+
+@dataclass(frozen=True)
+class DType:
+    """A row of the dtype table."""
+
+    name: str
+    np_dtype: np.dtype | None
+    itemsize: int
+    ctype: str
+    dlpack_code: int
+    kind: str  # 'f' float, 'i' signed int, 'b' bool
+
+    @property
+    def bits(self) -> int:
+        return self.itemsize * 8
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "f"
+
+    def __repr__(self) -> str:
+        return f"dtypes.{self.name}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+f16 = DType("f16", np.dtype(np.float16), 2, "_Float16", DL_FLOAT, "f")
+bf16 = DType("bf16", _BF16, 2, "__bf16", DL_BFLOAT, "f")
+f32 = DType("f32", np.dtype(np.float32), 4, "float", DL_FLOAT, "f")
+f64 = DType("f64", np.dtype(np.float64), 8, "double", DL_FLOAT, "f")
+i32 = DType("i32", np.dtype(np.int32), 4, "int32_t", DL_INT, "i")
+i64 = DType("i64", np.dtype(np.int64), 8, "int64_t", DL_INT, "i")
+boolean = DType("bool", np.dtype(np.bool_), 1, "_Bool", DL_BOOL, "b")
+
+ALL: tuple[DType, ...] = (f16, bf16, f32, f64, i32, i64, boolean)
+BY_NAME: dict[str, DType] = {d.name: d for d in ALL}
+BY_NUMPY: dict[np.dtype, DType] = {d.np_dtype: d for d in ALL if d.np_dtype is not None}
+# dtypes every backend must run end to end today; the others are table rows ready to use.
+SUPPORTED: frozenset[DType] = frozenset({f32, f64})
+
+
+def to_dtype(x: object) -> DType:
+    """Turn a DType, a name ('f32', 'float32') or anything NumPy accepts into a DType."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in BY_NAME:
+        return BY_NAME[x]
+    try:
+        npd = np.dtype(x)  # type: ignore[arg-type]
+    except TypeError as e:
+        raise DTypeError(f"dtype: {x!r} is not a dtype") from e
+    if npd not in BY_NUMPY:
+        names = ", ".join(d.name for d in ALL)
+        raise DTypeError(f"dtype: {npd} is not an Atlas ISA dtype (expected one of {names})")
+    return BY_NUMPY[npd]
+
+
+def from_dlpack_code(code: int, bits: int) -> DType:
+    """The dtype a DLPack (code, bits) pair names."""
+    for d in ALL:
+        if d.dlpack_code == code and d.bits == bits:
+            return d
+    raise DTypeError(f"DLPack dtype (code={code}, bits={bits}) has no Atlas ISA dtype")

@@ -1,0 +1,248 @@
+"""Shape and dtype rules of the Atlas ISA, and the program verifier.
+
+``infer`` is the single source of truth for what an instruction produces: the
+builder uses it to type new instructions and the verifier uses it to check
+instructions that came from elsewhere (the parser, a rewrite rule, a user).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import VerifyError
+from . import dtypes
+from .dtypes import DType
+from .opcodes import FLOAT_ONLY, Group, Op, arity, group
+from .value import Shape, Value
+
+PHI_BOUNDS = (("class", 96), ("page", 48), ("byte", 256))
+
+
+class RuleError(Exception):
+    """Raised by a rule; the verifier adds which instruction broke it."""
+
+
+def _same(srcs: Sequence[Value], what: str) -> tuple[DType, Shape]:
+    d, s = srcs[0].dtype, srcs[0].shape
+    for x in srcs[1:]:
+        if x.dtype is not d:
+            raise RuleError(f"{what} operands differ in dtype ({d} vs {x.dtype})")
+        if x.shape != s:
+            raise RuleError(f"{what} operands differ in shape ({list(s)} vs {list(x.shape)})")
+    return d, s
+
+
+def _float_check(op: Op, d: DType) -> None:
+    if op in FLOAT_ONLY and not d.is_float:
+        raise RuleError(f"{op} needs a floating-point dtype, got {d}")
+
+
+def _phi(attrs: dict[str, Any]) -> None:
+    phi = attrs.get("phi")
+    if phi is None:
+        return
+    if not (isinstance(phi, tuple) and len(phi) == 3):
+        raise RuleError(f"phi must be (class, page, byte), got {phi!r}")
+    for (name, bound), x in zip(PHI_BOUNDS, phi, strict=True):
+        if not isinstance(x, int) or not 0 <= x < bound:
+            raise RuleError(f"phi {name} must be an integer in [0, {bound}), got {x!r}")
+
+
+def _memory(op, srcs, attrs, dtype, shape):
+    if op is Op.LDG:
+        if ("in" in attrs) == ("phi" in attrs):
+            raise RuleError("ldg needs exactly one of in=<input index> or phi=(class,page,byte)")
+        _phi(attrs)
+        return dtype, shape
+    if ("out" in attrs) == ("phi" in attrs):
+        raise RuleError("stg needs exactly one of out=<output index> or phi=(class,page,byte)")
+    _phi(attrs)
+    return srcs[0].dtype, srcs[0].shape
+
+
+def _const(op, srcs, attrs, dtype, shape):
+    v = attrs.get("value")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if not (dtype is dtypes.boolean and isinstance(v, bool)):
+            raise RuleError(f"const needs a numeric value=, got {v!r}")
+    return dtype, shape
+
+
+def _unary(op, srcs, attrs, dtype, shape):
+    d, s = srcs[0].dtype, srcs[0].shape
+    _float_check(op, d)
+    if d is dtypes.boolean:
+        raise RuleError(f"{op} is not defined on bool")
+    return d, s
+
+
+def _binary(op, srcs, attrs, dtype, shape):
+    d, s = _same(srcs, str(op))
+    _float_check(op, d)
+    if d is dtypes.boolean:
+        raise RuleError(f"{op} is not defined on bool")
+    return d, s
+
+
+def _compare(op, srcs, attrs, dtype, shape):
+    _, s = _same(srcs, str(op))
+    return dtypes.boolean, s
+
+
+def _ternary(op, srcs, attrs, dtype, shape):
+    d, s = _same(srcs, str(op))
+    _float_check(op, d)
+    return d, s
+
+
+def _select(op, srcs, attrs, dtype, shape):
+    if srcs[0].dtype is not dtypes.boolean:
+        raise RuleError(f"sel condition must be bool, got {srcs[0].dtype}")
+    if srcs[0].shape != srcs[1].shape:
+        raise RuleError(
+            f"sel condition shape {list(srcs[0].shape)} differs from {list(srcs[1].shape)}"
+        )
+    return _same(srcs[1:], "sel")
+
+
+def _cast(op, srcs, attrs, dtype, shape):
+    return dtype, srcs[0].shape
+
+
+def normalize_axes(axes: Sequence[int], ndim: int) -> tuple[int, ...]:
+    out = []
+    for a in axes:
+        if not isinstance(a, int) or isinstance(a, bool):
+            raise RuleError(f"axis {a!r} is not an integer")
+        if not -ndim <= a < ndim:
+            raise RuleError(f"axis {a} is out of range for {ndim} dimensions")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise RuleError(f"axes {tuple(axes)} repeat an axis")
+    return tuple(sorted(out))
+
+
+def _reduce(op, srcs, attrs, dtype, shape):
+    x = srcs[0]
+    if x.dtype is dtypes.boolean:
+        raise RuleError(f"{op} is not defined on bool")
+    axes = attrs.get("axes")
+    if not isinstance(axes, tuple):
+        raise RuleError(f"{op} needs axes=(...), got {axes!r}")
+    norm = normalize_axes(axes, x.ndim)
+    if norm != axes:
+        raise RuleError(f"{op} axes must be sorted and non-negative, got {axes} (use {norm})")
+    return x.dtype, tuple(1 if i in norm else n for i, n in enumerate(x.shape))
+
+
+def _movement(op, srcs, attrs, dtype, shape):
+    x = srcs[0]
+    if op is Op.RESHAPE:
+        if math.prod(shape) != x.size:
+            raise RuleError(f"reshape of {list(x.shape)} to {list(shape)} changes the size")
+        return x.dtype, shape
+    if op is Op.EXPAND:
+        if len(shape) != x.ndim or any(
+            a != b and a != 1 for a, b in zip(x.shape, shape, strict=True)
+        ):
+            raise RuleError(f"expand of {list(x.shape)} to {list(shape)}: only size-1 dims grow")
+        return x.dtype, shape
+    perm = attrs.get("perm")
+    if not isinstance(perm, tuple) or sorted(perm) != list(range(x.ndim)):
+        raise RuleError(f"permute needs perm= a permutation of {x.ndim} axes, got {perm!r}")
+    return x.dtype, tuple(x.shape[p] for p in perm)
+
+
+def _gemm(op, srcs, attrs, dtype, shape):
+    a, b = srcs
+    if a.dtype is not b.dtype:
+        raise RuleError(f"gemm operands differ in dtype ({a.dtype} vs {b.dtype})")
+    if not a.dtype.is_float:
+        raise RuleError(f"gemm needs a floating-point dtype, got {a.dtype}")
+    if a.ndim != 2 or b.ndim != 2:
+        raise RuleError(f"gemm needs 2-D operands, got {list(a.shape)} and {list(b.shape)}")
+    if a.shape[1] != b.shape[0]:
+        raise RuleError(f"gemm inner sizes differ: {list(a.shape)} @ {list(b.shape)}")
+    return a.dtype, (a.shape[0], b.shape[1])
+
+
+RULES: dict[Group, Callable[..., tuple[DType, Shape]]] = {
+    Group.MEMORY: _memory,
+    Group.CONST: _const,
+    Group.UNARY: _unary,
+    Group.BINARY: _binary,
+    Group.COMPARE: _compare,
+    Group.TERNARY: _ternary,
+    Group.SELECT: _select,
+    Group.CAST: _cast,
+    Group.REDUCE: _reduce,
+    Group.MOVEMENT: _movement,
+    Group.GEMM: _gemm,
+}
+
+
+def infer(
+    op: Op,
+    srcs: Sequence[Value],
+    attrs: dict[str, Any] | None = None,
+    dtype: DType | None = None,
+    shape: Shape = (),
+) -> tuple[DType, Shape]:
+    """(dtype, shape) that ``op`` produces from ``srcs``; raises RuleError if it cannot."""
+    if not isinstance(op, Op):
+        raise RuleError(f"unknown opcode {op!r}")
+    if len(srcs) != arity(op):
+        raise RuleError(f"{op} takes {arity(op)} operand(s), got {len(srcs)}")
+    if any(d < 0 for d in shape):
+        raise RuleError(f"negative dimension in shape {list(shape)}")
+    return RULES[group(op)](op, srcs, attrs or {}, dtype, tuple(shape))
+
+
+def check_value(v: Value) -> None:
+    """Raise RuleError unless ``v``'s declared dtype and shape follow from its operands."""
+    d, s = infer(v.op, v.srcs, dict(v.attrs), v.dtype, v.shape)
+    if v.op is Op.STG:
+        return
+    if d is not v.dtype:
+        raise RuleError(f"declared dtype {v.dtype} but operands give {d}")
+    if s != v.shape:
+        raise RuleError(f"declared shape {list(v.shape)} but operands give {list(s)}")
+
+
+def verify(program: Any) -> None:
+    """Check every instruction of ``program``; raise VerifyError naming the first bad one."""
+    from .text import format_instruction  # local: text imports this module
+
+    defined: set[int] = set()
+    names: dict[int, int] = {}
+    outs: list[int] = []
+    for v in program.instructions:
+        for s in v.srcs:
+            if id(s) not in defined:
+                raise VerifyError(
+                    f"{format_instruction(v, names)}: operand used before its definition"
+                )
+        try:
+            check_value(v)
+            if v.op is Op.LDG and v.attr("in") is not None:
+                i = v.attr("in")
+                if not isinstance(i, int) or not 0 <= i < len(program.inputs):
+                    n_in = len(program.inputs)
+                    raise RuleError(f"input index {i!r} out of range ({n_in} inputs)")
+                want_d, want_s = program.inputs[i]
+                if (want_d, want_s) != (v.dtype, v.shape):
+                    raise RuleError(
+                        f"input {i} is declared {want_d}{list(want_s)} but loaded as "
+                        f"{v.dtype}{list(v.shape)}"
+                    )
+            if v.op is Op.STG and v.attr("out") is not None:
+                outs.append(v.attr("out"))
+        except RuleError as e:
+            raise VerifyError(f"{format_instruction(v, names)}: {e}") from None
+        defined.add(id(v))
+        if v.op is not Op.STG:
+            names[id(v)] = len(names)
+    if sorted(outs) != list(range(len(outs))):
+        raise VerifyError(f"output indices must be 0..{len(outs) - 1} once each, got {outs}")

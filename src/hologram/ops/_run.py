@@ -1,0 +1,100 @@
+"""The op library's one path from a call to a launch.
+
+An op names its program by a key (op name, shapes, dtype, parameters); the
+program is built once per key, compiled once per executor, and every later call
+is a dict lookup, argument checks, and a launch on views of the caller's buffers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..buffer import Buffer
+from ..errors import DTypeError, ShapeError
+from ..executor import Executor
+from ..isa.builder import program as build_program
+from ..isa.dtypes import DType
+from ..isa.program import Program
+from ..isa.value import _attr_key
+
+_PROGRAMS: dict[tuple, Program] = {}
+_LOCK = threading.Lock()
+
+
+def cached_program(key: tuple, fn: Callable, specs: Sequence[tuple[DType, tuple[int, ...]]]
+                   ) -> Program:
+    """The program for ``key``, built from ``fn`` over inputs ``specs`` the first time."""
+    key = _attr_key(key)  # -0.0 and 0.0 name different programs
+    p = _PROGRAMS.get(key)
+    if p is None:
+        with _LOCK:
+            p = _PROGRAMS.get(key)
+            if p is None:
+                p = build_program(fn, specs, name=str(key[0]))
+                _PROGRAMS[key] = p
+    return p
+
+
+def check_executor(executor: Any) -> Executor:
+    if not isinstance(executor, Executor):
+        raise TypeError(f"exec: expected a hologram Executor, got {type(executor).__name__}")
+    executor._check_open()
+    return executor
+
+
+def resolve_n(n: Any, first: Buffer, name: str = "n") -> int | None:
+    """``n`` defaults to the first buffer's size; None keeps the buffer's own shape."""
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{name}: expected an int, got {type(n).__name__}")
+    if n < 0:
+        raise ShapeError(f"{name}: must be >= 0, got {n}")
+    return int(n)
+
+
+def operand(executor: Executor, buf: Any, name: str, count: int | None = None,
+            dtype: DType | None = None, write: bool = False,
+            shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """Check ``buf`` and return the array view the kernel reads or writes.
+
+    ``count``: the first ``count`` elements, flat. ``shape``: exactly that many
+    elements in that shape (the buffer may hold more; the leading ones are used).
+    """
+    if not isinstance(buf, Buffer):
+        raise TypeError(f"{name}: expected a hologram Buffer, got {type(buf).__name__}")
+    buf._check(executor, name)
+    if dtype is not None and buf.isa_dtype is not dtype:
+        raise DTypeError(f"{name}: expected dtype {dtype}, got {buf.isa_dtype}")
+    if write and not buf.writable:
+        from ..errors import BufferStateError
+
+        raise BufferStateError(f"{name}: the buffer is read-only")
+    a = buf.view()
+    if shape is not None:
+        need = int(np.prod(shape, dtype=np.int64))
+        if buf.size < need:
+            raise ShapeError(f"{name}: has {buf.size} elements, needs {need} {list(shape)}")
+        return a.reshape(-1)[:need].reshape(shape) if a.shape != shape else a
+    if count is None:
+        return a
+    if buf.size < count:
+        raise ShapeError(f"{name}: has {buf.size} elements, n={count} needs at least {count}")
+    return a.reshape(-1)[:count]
+
+
+def float_dtype(buf: Any, name: str) -> DType:
+    if isinstance(buf, Buffer) and not buf.isa_dtype.is_float:
+        raise DTypeError(f"{name}: expected a floating-point buffer, got {buf.isa_dtype}")
+    if not isinstance(buf, Buffer):
+        raise TypeError(f"{name}: expected a hologram Buffer, got {type(buf).__name__}")
+    return buf.isa_dtype
+
+
+def launch(executor: Executor, program: Program, ins: Sequence[np.ndarray],
+           outs: Sequence[np.ndarray]) -> None:
+    executor.launch(program, ins, outs)
