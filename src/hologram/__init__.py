@@ -32,10 +32,11 @@ from .errors import (  # noqa: E402
 from .executor import Executor  # noqa: E402
 from .interop import default_executor, from_dlpack  # noqa: E402
 from .isa import Program  # noqa: E402
+from .jit import explain, jit  # noqa: E402
 
 __all__ = [
     "BackendUnavailableError", "Buffer", "Executor", "HologramError", "OutOfMemoryError",
     "Program", "VerifyError", "__version__", "available_backends", "backend",
-    "default_executor", "errors", "from_dlpack", "get_default_backend", "is_cuda_available",
-    "is_metal_available", "isa", "ops",
+    "default_executor", "errors", "explain", "from_dlpack", "get_default_backend",
+    "is_cuda_available", "is_metal_available", "isa", "jit", "ops",
 ]

@@ -46,6 +46,8 @@ class Executor:
         self._memory = MemoryManager(limit=memory_limit)
         self._buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
         self._kernels: dict[str, Any] = {}
+        # Bound launches of the op library's fast path: key -> (buffer weakrefs, call).
+        self._bound: dict[tuple, tuple[tuple[weakref.ref, ...], Any]] = {}
         self._lock = threading.RLock()
         self.closed = False
 
@@ -72,6 +74,7 @@ class Executor:
             for buf in list(self._buffers.values()):
                 buf.free()
             self._kernels.clear()
+            self._bound.clear()
             self._memory.empty_cache()
             self.closed = True
 
@@ -198,6 +201,17 @@ class Executor:
         check_aliasing(program, in_arrays, out_arrays)
         compiled = self.compile(program)
         self.backend.launch(compiled, in_arrays, out_arrays, self._memory.arena)
+
+    def bind(self, program: Program, in_arrays: Sequence[np.ndarray],
+             out_arrays: Sequence[np.ndarray]) -> Any:
+        """A zero-argument callable that launches ``program`` on these arrays again.
+
+        Checks (aliasing, compilation) happen once here, so a repeated call with the
+        same buffers costs only the launch itself.
+        """
+        check_aliasing(program, in_arrays, out_arrays)
+        compiled = self.compile(program)
+        return self.backend.bind(compiled, in_arrays, out_arrays, self._memory.arena)
 
     def _operand(self, buf: Any, spec: tuple[DType, tuple[int, ...]], what: str,
                  write: bool = False) -> np.ndarray:

@@ -40,6 +40,11 @@ class Backend(ABC):
         and write. Inputs and outputs already have the program's dtypes and shapes.
         """
 
+    def bind(self, compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+             arena: np.ndarray | None = None) -> Any:
+        """A zero-argument callable repeating this launch; backends may precompute more."""
+        return lambda: self.launch(compiled, inputs, outputs, arena)
+
     def synchronize(self) -> None:  # noqa: B027 - a no-op is right for host backends
         """Wait for launched work; host backends finish before launch returns."""
 

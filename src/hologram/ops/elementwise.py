@@ -14,11 +14,26 @@ from ..buffer import Buffer
 from ..errors import ShapeError
 from ..isa.builder import Var
 from . import composites as C
-from ._run import cached_program, check_executor, float_dtype, launch, operand, resolve_n
+from ._run import (
+    cached_program,
+    check_executor,
+    fast_call,
+    float_dtype,
+    launch,
+    operand,
+    resolve_n,
+)
 
 
 def _run(name: str, fn: Callable[..., Var], executor: Any, inputs: tuple[Buffer, ...],
          out: Buffer, n: Any, params: tuple = ()) -> Buffer:
+    bufs = (*inputs, out)
+    try:
+        key = (name, params, n, *map(id, bufs))
+        if fast_call(executor, key, bufs):
+            return out
+    except TypeError:  # unhashable n or params: the checks below say what is wrong
+        key = None
     ex = check_executor(executor)
     d = float_dtype(inputs[0], "a")
     count = resolve_n(n, inputs[0])
@@ -38,7 +53,7 @@ def _run(name: str, fn: Callable[..., Var], executor: Any, inputs: tuple[Buffer,
     ins = [operand(ex, b, names[i], dtype=d, shape=shape) for i, b in enumerate(inputs)]
     o = operand(ex, out, "c", dtype=d, shape=shape, write=True)
     program = cached_program((name, shape, d.name, params), fn, [(d, shape)] * len(ins))
-    launch(ex, program, ins, [o])
+    launch(ex, program, ins, [o], key, bufs)
     return out
 
 
@@ -94,14 +109,15 @@ def vector_clip(exec: Any, a: Buffer, c: Buffer, min_val: float, max_val: float,
     lo, hi = _number(min_val, "min_val"), _number(max_val, "max_val")
     if lo > hi:
         raise ValueError(f"min_val: {lo} is greater than max_val {hi}")
-    return _run("vector_clip", lambda x: C.clip(x, lo, hi), exec, (a,), c, n, (lo, hi))
+    return _run("vector_clip", lambda x: C.clip(x, lo, hi), exec, (a,), c, n,
+                (lo.hex(), hi.hex()))
 
 
 def scalar_add(exec: Any, a: Buffer, c: Buffer, scalar: float, n: int | None = None) -> Buffer:
     s = _number(scalar, "scalar")
-    return _run("scalar_add", lambda x: x + s, exec, (a,), c, n, (s,))
+    return _run("scalar_add", lambda x: x + s, exec, (a,), c, n, (s.hex(),))
 
 
 def scalar_mul(exec: Any, a: Buffer, c: Buffer, scalar: float, n: int | None = None) -> Buffer:
     s = _number(scalar, "scalar")
-    return _run("scalar_mul", lambda x: x * s, exec, (a,), c, n, (s,))
+    return _run("scalar_mul", lambda x: x * s, exec, (a,), c, n, (s.hex(),))

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..buffer import Buffer
 from ..errors import ShapeError
 from ._run import cached_program, check_executor, float_dtype, launch, operand
 
 
 def _dim(v: Any, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+    v = int(v)
     if v < 0:
         raise ShapeError(f"{name}: must be >= 0, got {v}")
     return v

@@ -1,0 +1,1 @@
+"""The compiler: canonicalize -> schedule -> render -> compile."""

@@ -1,0 +1,421 @@
+"""Render scheduled kernels as C (the C-family base the CUDA renderer extends).
+
+Each kernel is one loop nest. Values are emitted at the shallowest loop level
+their indices allow (hoisting), common subexpressions share one local variable,
+and a reduction whose result is needed once per outer index becomes a *phase*:
+an inner loop run before the store loop. Operator spellings and math functions
+come from tables, so a dialect changes rows, not logic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..isa.dtypes import DType
+from ..isa.opcodes import Group, Op, group
+from ..isa.value import Value
+from .schedule import BufRef, KernelPlan, NeedsMaterialize, Schedule
+
+# C templates for element-wise ops; {0},{1},{2} are operands, {f} the dtype suffix
+# ('f' for float, '' for double), {T} the C type.
+TEMPLATES: dict[Op, str] = {
+    Op.NEG: "(-{0})",
+    Op.ABS: "fabs{f}({0})",
+    Op.EXP: "exp{f}({0})",
+    Op.LOG: "log{f}({0})",
+    Op.SQRT: "sqrt{f}({0})",
+    Op.RSQRT: "(({T})1 / sqrt{f}({0}))",
+    Op.RECIP: "(({T})1 / {0})",
+    Op.TANH: "tanh{f}({0})",
+    Op.SIGMOID: "(({T})1 / (({T})1 + exp{f}(-{0})))",
+    Op.ERF: "erf{f}({0})",
+    Op.SIN: "sin{f}({0})",
+    Op.COS: "cos{f}({0})",
+    Op.ADD: "({0} + {1})",
+    Op.SUB: "({0} - {1})",
+    Op.MUL: "({0} * {1})",
+    Op.DIV: "({0} / {1})",
+    # NumPy's minimum/maximum: NaN wins, ties keep the first operand.
+    Op.MIN: "(({0} <= {1} || {0} != {0}) ? {0} : {1})",
+    Op.MAX: "(({0} >= {1} || {0} != {0}) ? {0} : {1})",
+    Op.POW: "pow{f}({0}, {1})",
+    Op.CMPLT: "({0} < {1})",
+    Op.CMPEQ: "({0} == {1})",
+    Op.MAD: "({0} * {1} + {2})",
+    Op.FMA: "fma{f}({0}, {1}, {2})",
+    Op.SEL: "({0} ? {1} : {2})",
+}
+# Integer dtypes spell some ops differently (no libm).
+INT_TEMPLATES: dict[Op, str] = {Op.ABS: "({0} < 0 ? -{0} : {0})"}
+
+
+@dataclass(frozen=True)
+class Expr:
+    code: str
+    vars: frozenset[str] = frozenset()
+
+
+ZERO = Expr("0")
+
+
+@dataclass
+class Scope:
+    kind: str  # 'kernel' | 'outer' | 'inner' | 'phase'
+    var: str | None
+    parent: Scope | None
+    lines: list[str] = field(default_factory=list)
+    cache: dict[tuple, Expr] = field(default_factory=dict)
+
+    def defines(self) -> set[str]:
+        out: set[str] = set()
+        s: Scope | None = self
+        while s is not None:
+            if s.var:
+                out.add(s.var)
+            s = s.parent
+        return out
+
+
+PARALLEL_MIN_WORK = 1 << 15  # elements below which a second thread costs more than it saves
+
+
+class CRenderer:
+    """C for the CPU backend: OpenMP threads across rows, SIMD within them."""
+
+    suffix = {"f32": "f", "f64": ""}
+    parallel_min_work = PARALLEL_MIN_WORK
+
+    def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
+        self.sched = sched
+        self.slots = slots
+        self.n = 0
+
+    # --- helpers --------------------------------------------------------------------------
+    def ctype(self, d: DType) -> str:
+        return d.ctype
+
+    def fresh(self, prefix: str = "t") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def literal(self, value: float | int | bool, d: DType) -> str:
+        if d.kind == "b":
+            return "1" if value else "0"
+        if d.kind == "i":
+            return f"(({d.ctype}){int(value)}LL)"
+        v = float(value)
+        suffix = "f" if d.name == "f32" else ""
+        if math.isnan(v):
+            return f"(({d.ctype})NAN)"
+        if math.isinf(v):
+            return f"(({d.ctype}){'-' if v < 0 else ''}INFINITY)"
+        return f"({v.hex()}{suffix})"
+
+    def ptr(self, ref: BufRef) -> str:
+        slot = self.slots[ref]
+        t = self.ctype(ref.dtype)
+        if ref.kind == "arena":
+            return f"(({t} *)((char *)B[{slot}] + {ref.offset}))"
+        return f"(({t} *)B[{slot}])"
+
+    @staticmethod
+    def strides(shape: tuple[int, ...]) -> list[int]:
+        out, acc = [], 1
+        for s in reversed(shape):
+            out.append(acc)
+            acc *= s
+        return out[::-1]
+
+    def offset(self, shape: tuple[int, ...], idx: tuple[Expr, ...]) -> Expr:
+        terms, vars_ = [], frozenset()
+        for s, st, e in zip(shape, self.strides(shape), idx, strict=True):
+            if s == 1 or e.code == "0":
+                continue
+            terms.append(e.code if st == 1 else f"{e.code} * {st}")
+            vars_ |= e.vars
+        return Expr(" + ".join(terms) if terms else "0", vars_)
+
+    # --- scopes -----------------------------------------------------------------------------
+    def scope_for(self, vars_: frozenset[str], cur: Scope) -> Scope:
+        """The outermost scope in which every var of ``vars_`` is defined."""
+        chain = []
+        s: Scope | None = cur
+        while s is not None:
+            chain.append(s)
+            s = s.parent
+        for sc in reversed(chain):
+            if vars_ <= sc.defines():
+                return sc
+        return cur
+
+    def bind(self, code: str, d: DType, vars_: frozenset[str], cur: Scope, key: tuple) -> Expr:
+        sc = self.scope_for(vars_, cur)
+        name = self.fresh()
+        sc.lines.append(f"{self.ctype(d)} {name} = {code};")
+        e = Expr(name, vars_)
+        sc.cache[key] = e
+        return e
+
+    def lookup(self, key: tuple, cur: Scope) -> Expr | None:
+        s: Scope | None = cur
+        while s is not None:
+            if key in s.cache:
+                return s.cache[key]
+            s = s.parent
+        return None
+
+    # --- emission -----------------------------------------------------------------------------
+    def emit(self, v: Value, idx: tuple[Expr, ...], cur: Scope, flat: bool) -> Expr:
+        key = (id(v), tuple(e.code for e in idx))
+        hit = self.lookup(key, cur)
+        if hit is not None:
+            return hit
+        ref = self.sched.buffers.get(id(v))
+        if ref is not None and id(v) not in self.computing:
+            off = idx[0] if flat else self.offset(v.shape, idx)
+            return self.bind(f"{self.ptr(ref)}[{off.code}]", v.dtype, off.vars, cur, key)
+        g = group(v.op)
+        if g is Group.CONST:
+            return Expr(self.literal(v.attr("value"), v.dtype))
+        if g in (Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY, Group.SELECT):
+            args = [self.emit(s, idx, cur, flat) for s in v.srcs]
+            d = v.srcs[-1].dtype
+            tmpl = (INT_TEMPLATES.get(v.op) if d.kind == "i" else None) or TEMPLATES[v.op]
+            code = tmpl.format(*(a.code for a in args), f=self.suffix.get(d.name, ""),
+                               T=self.ctype(d))
+            vars_ = frozenset().union(*(a.vars for a in args))
+            return self.bind(code, v.dtype, vars_, cur, key)
+        if g is Group.CAST:
+            a = self.emit(v.srcs[0], idx, cur, flat)
+            return self.bind(f"(({self.ctype(v.dtype)}){a.code})", v.dtype, a.vars, cur, key)
+        if flat:
+            if v.op is Op.RESHAPE:  # a reshape keeps the row-major flat index
+                return self.emit(v.srcs[0], idx, cur, flat)
+            raise AssertionError(f"{v.op} in a flat kernel")  # pragma: no cover
+        if v.op is Op.EXPAND:
+            src = v.srcs[0]
+            sub = tuple(ZERO if a == 1 and b != 1 else e
+                        for a, b, e in zip(src.shape, v.shape, idx, strict=True))
+            return self.emit(src, sub, cur, flat)
+        if v.op is Op.PERMUTE:
+            perm = v.attr("perm")
+            sub = [ZERO] * len(idx)
+            for d, p in enumerate(perm):
+                sub[p] = idx[d]
+            return self.emit(v.srcs[0], tuple(sub), cur, flat)
+        if v.op is Op.RESHAPE:
+            return self.emit(v.srcs[0], self.reshape_index(v.srcs[0].shape, v.shape, idx),
+                             cur, flat)
+        if g is Group.REDUCE:
+            return self.phase(v, idx, cur, key)
+        raise NeedsMaterialize(v)
+
+    def reshape_index(self, src: tuple[int, ...], dst: tuple[int, ...],
+                      idx: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        live = [(s, e) for s, e in zip(dst, idx, strict=True) if s != 1]
+        if [s for s in src if s != 1] == [s for s, _ in live]:  # only size-1 dims moved
+            it = iter(e for _, e in live)
+            return tuple(ZERO if s == 1 else next(it) for s in src)
+        flat = self.offset(dst, idx)
+        out = []
+        for s, st in zip(src, self.strides(src), strict=True):
+            out.append(ZERO if s == 1 else Expr(f"(({flat.code}) / {st} % {s})", flat.vars))
+        return tuple(out)
+
+    def phase(self, v: Value, idx: tuple[Expr, ...], cur: Scope, key: tuple) -> Expr:
+        """A reduction computed once per outer index, before the loop that uses it."""
+        kept = frozenset().union(*(e.vars for e in idx))
+        home = self.scope_for(kept, cur)
+        if home.kind not in ("kernel", "outer"):
+            raise NeedsMaterialize(v)  # would rerun per inner element: give it a buffer
+        src = v.srcs[0]
+        axes = v.attr("axes")
+        d = v.dtype
+        wide = "double" if d.name == "f32" and v.op in (Op.RSUM, Op.RPROD) else self.ctype(d)
+        acc, nan, r = self.fresh("acc"), self.fresh("nan"), self.fresh("r")
+        sizes = [src.shape[a] for a in axes]
+        count = math.prod(sizes)
+        sub = list(idx)
+        rem = r
+        for a, s, st in zip(axes, sizes, self.strides(tuple(sizes)), strict=True):
+            sub[a] = Expr(r if len(axes) == 1 else f"({rem} / {st} % {s})", frozenset({r}))
+        body = Scope("phase", r, home)
+        x = self.emit(src, tuple(sub), body, False)
+        init, step, red = self.REDUCE_RULES[v.op]
+        is_float = d.kind == "f"
+        lines = [f"{wide} {acc} = {init(d, self)};"]
+        clauses = f"reduction({red}:{acc})"
+        if v.op in (Op.RMAX, Op.RMIN) and is_float:
+            lines.append(f"int {nan} = 0;")
+            clauses += f" reduction(|:{nan})"
+        parallel = home.kind == "kernel" and count >= self.parallel_min_work
+        lines.append(self.reduce_pragma(clauses, parallel))
+        lines.append(f"for (int64_t {r} = 0; {r} < {count}; {r}++) {{")
+        lines += ["  " + ln for ln in body.lines]
+        lines.append("  " + step(acc, x.code))
+        if v.op in (Op.RMAX, Op.RMIN) and is_float:
+            lines.append(f"  {nan} |= ({x.code} != {x.code});")
+        lines.append("}")
+        home.lines.extend(lines)
+        result = f"(({self.ctype(d)}){acc})"
+        if v.op in (Op.RMAX, Op.RMIN) and is_float:
+            result = f"({nan} ? ({self.ctype(d)})NAN : ({self.ctype(d)}){acc})"
+        e = Expr(result, kept)
+        out = self.bind(e.code, d, kept, home, key)
+        return out
+
+    def reduce_pragma(self, clauses: str, parallel: bool) -> str:
+        return f"#pragma omp {'parallel for simd' if parallel else 'simd'} {clauses}"
+
+    REDUCE_RULES = {
+        Op.RSUM: (lambda d, R: "0", lambda a, x: f"{a} += {x};", "+"),
+        Op.RPROD: (lambda d, R: "1", lambda a, x: f"{a} *= {x};", "*"),
+        Op.RMAX: (lambda d, R: R.literal(-math.inf, d) if d.kind == "f" else
+                  f"(({d.ctype})INT64_MIN)" if d.itemsize == 8 else "INT32_MIN",
+                  lambda a, x: f"{a} = {x} > {a} ? {x} : {a};", "max"),
+        Op.RMIN: (lambda d, R: R.literal(math.inf, d) if d.kind == "f" else
+                  "INT64_MAX" if d.itemsize == 8 else "INT32_MAX",
+                  lambda a, x: f"{a} = {x} < {a} ? {x} : {a};", "min"),
+    }
+
+    # --- kernels ------------------------------------------------------------------------------
+    def kernel(self, k: KernelPlan) -> str:
+        v, _ = k.sinks[0]
+        # The sink is computed here, unless it is a load or a GEMM result (a copy kernel).
+        self.computing = set() if v.op in (Op.LDG, Op.GEMM) else {id(v)}
+        c = v
+        while (c.op is Op.RESHAPE and id(c) in self.computing
+               and id(c.srcs[0]) not in self.sched.buffers):
+            c = c.srcs[0]  # a reshape's bytes are its source's: compute the source in place
+            self.computing.add(id(c))
+        top = Scope("kernel", None, None)
+        if group(c.op) is Group.REDUCE and id(c) in self.computing:
+            body = self.reduce_kernel(c, k, top)
+        elif self.is_flat(c):
+            body = self.flat_kernel(c, k, top)
+        else:
+            body = self.nested_kernel(c, k, top)
+        lines = [f"void {k.name}(void **B) {{"]
+        lines += ["  " + ln for ln in top.lines + body]
+        lines.append("}")
+        return "\n".join(lines)
+
+    def stores(self, k: KernelPlan, x: Expr, off: Expr) -> list[str]:
+        return [f"{self.ptr(dst)}[{off.code}] = {x.code};" for _, dst in k.sinks]
+
+    def is_flat(self, c: Value) -> bool:
+        """Element-wise over same-shaped contiguous data: one loop over a flat index."""
+        seen: set[int] = set()
+        stack = [c]
+        while stack:
+            v = stack.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if id(v) in self.sched.buffers and id(v) not in self.computing:
+                continue
+            g = group(v.op)
+            if g in (Group.REDUCE, Group.GEMM) or v.op in (Op.EXPAND, Op.PERMUTE):
+                return False
+            stack.extend(v.srcs)
+        return True
+
+    def loop(self, var: str, count: int, parallel: bool, simd: bool) -> str:
+        if parallel:
+            pragma = "#pragma omp parallel for" + (" simd" if simd else "") + " schedule(static)"
+        else:
+            pragma = "#pragma omp simd" if simd else ""
+        head = f"for (int64_t {var} = 0; {var} < {count}; {var}++) {{"
+        return f"{pragma}\n{head}" if pragma else head
+
+    def flat_kernel(self, c: Value, k: KernelPlan, top: Scope) -> list[str]:
+        n = max(c.size, 1) if c.ndim == 0 else c.size
+        inner = Scope("inner", "i", top)
+        x = self.emit(c, (Expr("i", frozenset({"i"})),), inner, True)
+        out = [self.loop("i", n, n >= self.parallel_min_work, True)]
+        out += ["  " + ln for ln in inner.lines + self.stores(k, x, Expr("i"))]
+        return out + ["}"]
+
+    def reduce_kernel(self, c: Value, k: KernelPlan, top: Scope) -> list[str]:
+        axes = set(c.attr("axes"))
+        outer_dims = [d for d in range(c.ndim) if d not in axes]
+        n_outer = math.prod(c.shape[d] for d in outer_dims)
+        if n_outer <= 1:
+            x = self.emit(c, tuple(ZERO for _ in c.shape), top, False)
+            return self.stores(k, x, Expr("0"))
+        outer = Scope("outer", "o", top)
+        idx = self.unravel("o", c.shape, outer_dims)
+        x = self.emit(c, idx, outer, False)
+        work = c.srcs[0].size
+        out = [self.loop("o", n_outer, work >= self.parallel_min_work, False)]
+        out += ["  " + ln for ln in outer.lines + self.stores(k, x, Expr("o"))]
+        return out + ["}"]
+
+    def unravel(self, var: str, shape: tuple[int, ...], dims: list[int]) -> tuple[Expr, ...]:
+        """Coordinates of ``dims`` of ``shape`` from one flat loop variable over them."""
+        sizes = [shape[d] for d in dims]
+        st = self.strides(tuple(sizes))
+        idx = [ZERO] * len(shape)
+        single = sum(1 for x in sizes if x != 1) == 1
+        for d, s, stride in zip(dims, sizes, st, strict=True):
+            if s == 1:
+                continue
+            if single:
+                code = var
+            elif stride == 1:
+                code = f"({var} % {s})"
+            else:
+                code = f"({var} / {stride} % {s})"
+            idx[d] = Expr(code, frozenset({var}))
+        return tuple(idx)
+
+    def inner_axes(self, c: Value) -> list[int]:
+        """Axes the store loop runs innermost: those reduced by phases feeding ``c``."""
+        axes: set[int] = set()
+        stack, seen = [c], set()
+        while stack:
+            v = stack.pop()
+            if id(v) in seen or (id(v) in self.sched.buffers and id(v) not in self.computing):
+                continue
+            seen.add(id(v))
+            if group(v.op) is Group.REDUCE and v.ndim == c.ndim:
+                axes |= set(v.attr("axes"))
+                continue
+            if v.op in (Op.RESHAPE, Op.PERMUTE) or group(v.op) is Group.GEMM:
+                continue
+            stack.extend(s for s in v.srcs if s.ndim == c.ndim)
+        axes = {a for a in axes if c.shape[a] != 1}
+        return sorted(axes) if axes else [c.ndim - 1]
+
+    def nested_kernel(self, c: Value, k: KernelPlan, top: Scope) -> list[str]:
+        if c.ndim == 0:  # a scalar: no loops of its own, only the phases it needs
+            x = self.emit(c, (), top, False)
+            return self.stores(k, x, Expr("0"))
+        inner_dims = self.inner_axes(c)
+        outer_dims = [d for d in range(c.ndim) if d not in inner_dims]
+        n_outer = math.prod(c.shape[d] for d in outer_dims)
+        n_inner = math.prod(c.shape[d] for d in inner_dims)
+        outer = Scope("outer", "o", top)
+        inner = Scope("inner", "j", outer)
+        oidx = self.unravel("o", c.shape, outer_dims)
+        iidx = self.unravel("j", c.shape, inner_dims)
+        idx = tuple(o if o is not ZERO else i for o, i in zip(oidx, iidx, strict=True))
+        x = self.emit(c, idx, inner, False)
+        off = self.offset(c.shape, idx)
+        body = [self.loop("j", n_inner, False, True)]
+        body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]
+        body.append("}")
+        parallel = c.size >= self.parallel_min_work and n_outer > 1
+        out = [self.loop("o", n_outer, parallel, False)]
+        out += ["  " + ln for ln in outer.lines + body]
+        return out + ["}"]
+
+
+def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str) -> str:
+    r = CRenderer(sched, slots)
+    parts = [prelude]
+    for step in sched.steps:
+        if isinstance(step, KernelPlan):
+            parts.append(r.kernel(step))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,151 @@
+"""Scheduling: which values live in memory, and which kernels compute them.
+
+A value is *materialized* (has a buffer) when it is a program input, a Φ load,
+an output, a GEMM result, or something a kernel cannot recompute cheaply (a
+reduction whose result is needed at coordinates the consuming kernel does not
+iterate once per outer index). Everything else is inlined into the kernels that
+use it, so element-wise chains, and reductions with the element-wise work that
+feeds and follows them, become one loop nest that reads each input once.
+
+The renderer decides whether a reduction can be hoisted; when it cannot it asks
+for the value to be materialized (``NeedsMaterialize``) and scheduling retries,
+so the rule lives in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..isa.dtypes import DType
+from ..isa.opcodes import Op
+from ..isa.program import Program
+from ..isa.value import Shape, Value
+
+
+@dataclass(frozen=True)
+class BufRef:
+    """Where a materialized value lives: input i, output i, temp i, or the arena."""
+
+    kind: str  # 'in' | 'out' | 'tmp' | 'arena'
+    index: int
+    dtype: DType
+    shape: Shape
+    offset: int = 0  # byte offset (arena only)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass
+class KernelPlan:
+    """One loop nest computing ``sinks`` (value, destination) over ``value.shape``."""
+
+    name: str
+    sinks: list[tuple[Value, BufRef]]
+
+
+@dataclass
+class GemmPlan:
+    """A library matrix product into ``out``; operands are read through NumPy views."""
+
+    value: Value
+    out: BufRef
+
+
+@dataclass
+class Schedule:
+    program: Program
+    steps: list[KernelPlan | GemmPlan] = field(default_factory=list)
+    buffers: dict[int, BufRef] = field(default_factory=dict)  # id(value) -> where it lives
+    temps: list[BufRef] = field(default_factory=list)
+
+    @property
+    def kernel_count(self) -> int:
+        return len(self.steps)
+
+
+class NeedsMaterialize(Exception):
+    """Raised by the renderer: this value must be computed into a buffer first."""
+
+    def __init__(self, value: Value) -> None:
+        super().__init__(f"{value.op} needs its own buffer")
+        self.value = value
+
+
+def is_view_chain(v: Value, buffers: dict[int, BufRef]) -> bool:
+    """True if ``v`` is movement ops over a materialized value (a NumPy view suffices)."""
+    while id(v) not in buffers:
+        if v.op not in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND):
+            return False
+        v = v.srcs[0]
+    return True
+
+
+def storage_root(v: Value, buffers: dict[int, BufRef]) -> Value:
+    """Follow RESHAPEs of computed values: a reshape's bytes are its source's bytes."""
+    while v.op is Op.RESHAPE and id(v.srcs[0]) not in buffers:
+        v = v.srcs[0]
+    return v
+
+
+def plan(program: Program, forced: set[int]) -> Schedule:
+    """Assign buffers and order the steps; ``forced`` are ids the renderer asked for.
+
+    Steps come out in program order, which is topological, so every buffer is
+    written before a later step reads it.
+    """
+    sched = Schedule(program)
+    bufs = sched.buffers
+
+    stored: dict[int, list[BufRef]] = {}
+    for v in program.instructions:
+        if v.op is Op.STG:
+            src = v.srcs[0]
+            phi = v.attr("phi")
+            if phi is None:
+                dst = BufRef("out", v.attr("out"), src.dtype, src.shape)
+            else:
+                dst = BufRef("arena", 0, src.dtype, src.shape, _phi_bytes(phi))
+            stored.setdefault(id(src), []).append(dst)
+
+    def home(v: Value) -> BufRef:
+        dsts = stored.get(id(v))
+        if dsts:
+            return dsts[0]
+        ref = BufRef("tmp", len(sched.temps), v.dtype, v.shape)
+        sched.temps.append(ref)
+        return ref
+
+    for v in program.instructions:
+        if v.op is Op.STG:
+            continue
+        if v.op is Op.LDG:
+            phi = v.attr("phi")
+            bufs[id(v)] = (BufRef("in", v.attr("in"), v.dtype, v.shape) if phi is None else
+                           BufRef("arena", 0, v.dtype, v.shape, _phi_bytes(phi)))
+            copies = stored.get(id(v), [])
+        elif v.op is Op.GEMM:
+            for s in v.srcs:
+                if not is_view_chain(s, bufs):
+                    forced.add(id(s))
+                    raise NeedsMaterialize(s)
+            bufs[id(v)] = home(v)
+            sched.steps.append(GemmPlan(v, bufs[id(v)]))
+            copies = stored.get(id(v), [])[1:]
+        elif id(v) in forced or id(v) in stored:
+            bufs[id(v)] = home(v)
+            copies = stored.get(id(v), [bufs[id(v)]])
+        else:
+            continue
+        if copies:
+            sched.steps.append(KernelPlan(f"k{len(sched.steps)}", [(v, d) for d in copies]))
+    return sched
+
+
+def _phi_bytes(phi: tuple[int, int, int]) -> int:
+    c, p, b = phi
+    return (c * 48 + p) * 256 + b

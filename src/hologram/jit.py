@@ -1,0 +1,112 @@
+"""``@hologram.jit``: trace a Python function into one Atlas ISA program.
+
+The function is called once per distinct (shapes, dtypes) with ``Var`` stand-ins
+for its arguments; whatever it computes with operators, ``Var`` methods and
+``hologram.ops.composites`` becomes one program, so fusion crosses the
+boundaries between the ops it calls. Calls take NumPy arrays (or anything with
+DLPack on the host) and return NumPy arrays, with no copies of contiguous data.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .errors import DTypeError
+from .executor import Executor
+from .interop import default_executor
+from .isa.builder import program as build_program
+from .isa.dtypes import SUPPORTED, to_dtype
+from .isa.program import Program
+
+
+def _as_array(x: Any, i: int) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        a = x
+    elif hasattr(x, "__dlpack__"):
+        a = np.from_dlpack(x)
+    elif isinstance(x, (int, float)):
+        raise TypeError(f"argument {i}: Python scalars are constants; close over them instead")
+    else:
+        a = np.asarray(x)
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a
+
+
+class JitFunction:
+    """A traced function, compiled once per argument shapes and dtypes."""
+
+    def __init__(self, fn: Callable[..., Any], backend: str = "cpu",
+                 executor: Executor | None = None) -> None:
+        self.fn = fn
+        self.backend = backend
+        self._executor = executor
+        self._programs: dict[tuple, Program] = {}
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    @property
+    def executor(self) -> Executor:
+        return self._executor if self._executor is not None else default_executor(self.backend)
+
+    def program_for(self, *args: Any) -> tuple[Program, list[np.ndarray]]:
+        arrays = [_as_array(a, i) for i, a in enumerate(args)]
+        key = tuple((a.dtype.str, a.shape) for a in arrays)
+        p = self._programs.get(key)
+        if p is None:
+            specs = []
+            for i, a in enumerate(arrays):
+                d = to_dtype(a.dtype)
+                if d not in SUPPORTED:
+                    raise DTypeError(f"argument {i}: dtype {a.dtype} is not supported")
+                specs.append((d, a.shape))
+            with self._lock:
+                p = self._programs.get(key)
+                if p is None:
+                    p = build_program(self.fn, specs, name=getattr(self.fn, "__name__", "jit"))
+                    self._programs[key] = p
+        return p, arrays
+
+    def __call__(self, *args: Any) -> Any:
+        p, arrays = self.program_for(*args)
+        outs = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
+        self.executor.launch(p, arrays, outs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def explain(self, *args: Any) -> str:
+        """The traced and canonical programs, the kernels and the reduction statistics."""
+        p, _ = self.program_for(*args)
+        return explain(p, self.executor)
+
+
+def jit(fn: Callable[..., Any] | None = None, *, backend: str = "cpu",
+        executor: Executor | None = None) -> Any:
+    """Decorator: ``@jit`` or ``@jit(backend='reference')``."""
+    if fn is None:
+        return lambda f: JitFunction(f, backend, executor)
+    return JitFunction(fn, backend, executor)
+
+
+def explain(program: Program, executor: Executor | None = None) -> str:
+    """A readable report of what compilation did to ``program``."""
+    ex = executor if executor is not None else default_executor("cpu")
+    compiled = ex.compile(program)
+    lines = ["== traced program ==", str(program)]
+    canonical = getattr(compiled, "canonical", None)
+    if canonical is not None:
+        lines += ["== canonical program ==", str(canonical)]
+    stats = getattr(compiled, "stats", None)
+    if stats is not None:
+        lines += ["== reduction ==", str(stats)]
+        if stats.rules:
+            lines.append("rules fired: " + ", ".join(f"{k} x{v}" for k, v in
+                                                    sorted(stats.rules.items())))
+    source = getattr(compiled, "source", None)
+    if source is not None:
+        lines += ["== kernels ==", source]
+    return "\n".join(lines)

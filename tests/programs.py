@@ -1,0 +1,82 @@
+"""Random Atlas ISA programs for differential tests (hypothesis strategies)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from hologram.isa import Op
+from hologram.isa import builder as b
+from hologram.isa.builder import Var
+
+UNARY = [Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.TANH, Op.SIGMOID,
+         Op.ERF, Op.SIN, Op.COS]
+BINARY = [Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.POW]
+REDUCE = [Op.RSUM, Op.RMAX, Op.RMIN, Op.RPROD]
+CONSTS = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 3.0, float("nan"), float("inf"), float("-inf")]
+SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, 3e38, -3e38]
+
+
+@st.composite
+def shapes(draw, max_dims: int = 3) -> tuple[int, ...]:
+    nd = draw(st.integers(0, max_dims))
+    return tuple(draw(st.sampled_from([0, 1, 1, 2, 3, 5, 8])) for _ in range(nd))
+
+
+@st.composite
+def programs(draw, dtype: str = "f32", max_ops: int = 8):
+    """(program builder fn, input specs): 1-3 inputs whose shapes broadcast together."""
+    base = draw(shapes())
+    n_in = draw(st.integers(1, 3))
+    specs = []
+    for _ in range(n_in):
+        # each input is the base shape with some leading dims dropped or set to 1
+        drop = draw(st.integers(0, len(base)))
+        s = tuple(1 if draw(st.booleans()) and d != 0 else d for d in base[drop:])
+        specs.append((dtype, s))
+    plan = []
+    for _ in range(draw(st.integers(1, max_ops))):
+        kind = draw(st.sampled_from(["u", "u", "b", "b", "c", "r", "sel", "mad", "perm"]))
+        plan.append((kind, draw(st.integers(0, 10_000)), draw(st.integers(0, 10_000))))
+
+    def fn(*xs: Var):
+        vals = list(xs)
+        for kind, i, j in plan:
+            x = vals[i % len(vals)]
+            y = vals[j % len(vals)]
+            try:
+                if kind == "u":
+                    vals.append(Var(b.unary(UNARY[j % len(UNARY)], x.v)))
+                elif kind == "b":
+                    vals.append(Var(b.elementwise(BINARY[i % len(BINARY)], x.v, y.v)))
+                elif kind == "c":
+                    c = CONSTS[j % len(CONSTS)]
+                    vals.append(x * c if i % 2 else x + c)
+                elif kind == "r" and x.ndim:
+                    axis = j % x.ndim
+                    r = Var(b.reduce(REDUCE[i % len(REDUCE)], x.v, axis, keepdims=True))
+                    vals.append(r if i % 3 else r + x)  # often broadcast back over x
+                elif kind == "sel":
+                    vals.append((x < y).where(x, y))
+                elif kind == "mad":
+                    vals.append(x * y + x)
+                elif kind == "perm" and x.ndim >= 2:
+                    vals.append(x.T)
+            except ValueError:
+                continue  # shapes that do not broadcast: skip the step
+        outs = vals[len(xs):] or vals
+        return outs[-1], outs[len(outs) // 2]
+
+    return fn, specs
+
+
+def random_inputs(specs, seed: int, special: bool = True) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for d, s in specs:
+        a = (rng.standard_normal(s) * 3).astype(d if d != "f32" else np.float32)
+        if special and a.size:
+            mask = rng.random(s) < 0.15
+            a[mask] = rng.choice(SPECIAL, size=int(mask.sum()))
+        out.append(np.ascontiguousarray(a))
+    return out
