@@ -222,3 +222,26 @@ def test_dlpack_with_torch_both_ways(ex):
     assert t2.shape == (2, 3)
     t2.add_(1)
     np.testing.assert_array_equal(a.to_numpy(), np.full((2, 3), 2.0))
+
+
+def test_100k_allocate_free_cycles_on_one_executor_do_not_grow():
+    import resource
+
+    rng = np.random.default_rng(7)
+    sizes = rng.choice([1, 100, 3072, 3073, 20_000, 100_000, 300_000], size=100_000)
+    with hg.Executor("cpu") as e:
+        live: list[hg.Buffer] = []
+        rss_mid = 0
+        for i, n in enumerate(sizes):
+            live.append(e.allocate(int(n)))
+            if len(live) > 4:
+                live.pop(0).free()
+            if i == 10_000:
+                rss_mid = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        for b in live:
+            b.free()
+        stats = e.memory_stats()
+        assert stats["boundary"]["classes_used"] == 0
+        assert stats["allocated_bytes"] == 0
+        rss_end = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert rss_end - rss_mid < 64 * 1024  # KiB: no growth beyond the pools' caches

@@ -36,9 +36,9 @@ TEMPLATES: dict[Op, str] = {
     Op.SUB: "({0} - {1})",
     Op.MUL: "({0} * {1})",
     Op.DIV: "({0} / {1})",
-    # NumPy's minimum/maximum: NaN wins, ties keep the first operand.
-    Op.MIN: "(({0} <= {1} || {0} != {0}) ? {0} : {1})",
-    Op.MAX: "(({0} >= {1} || {0} != {0}) ? {0} : {1})",
+    # NumPy's minimum/maximum: NaN wins, and a tie (0.0 vs -0.0) gives the second operand.
+    Op.MIN: "(({0} < {1} || {0} != {0}) ? {0} : {1})",
+    Op.MAX: "(({0} > {1} || {0} != {0}) ? {0} : {1})",
     Op.POW: "pow{f}({0}, {1})",
     Op.CMPLT: "({0} < {1})",
     Op.CMPEQ: "({0} == {1})",
@@ -249,14 +249,15 @@ class CRenderer:
         if v.op in (Op.RMAX, Op.RMIN) and is_float:
             lines.append(f"int {nan} = 0;")
             clauses += f" reduction(|:{nan})"
+        has_nan = v.op in (Op.RMAX, Op.RMIN) and is_float
         parallel = home.kind == "kernel" and count >= self.parallel_min_work
-        lines.append(self.reduce_pragma(clauses, parallel))
-        lines.append(f"for (int64_t {r} = 0; {r} < {count}; {r}++) {{")
+        lines += self.phase_head(r, count, clauses, parallel)
         lines += ["  " + ln for ln in body.lines]
         lines.append("  " + step(acc, x.code))
-        if v.op in (Op.RMAX, Op.RMIN) and is_float:
+        if has_nan:
             lines.append(f"  {nan} |= ({x.code} != {x.code});")
         lines.append("}")
+        lines += self.phase_tail(v.op, acc, wide, nan if has_nan else None)
         home.lines.extend(lines)
         result = f"(({self.ctype(d)}){acc})"
         if v.op in (Op.RMAX, Op.RMIN) and is_float:
@@ -265,8 +266,14 @@ class CRenderer:
         out = self.bind(e.code, d, kept, home, key)
         return out
 
-    def reduce_pragma(self, clauses: str, parallel: bool) -> str:
-        return f"#pragma omp {'parallel for simd' if parallel else 'simd'} {clauses}"
+    def phase_head(self, r: str, count: int, clauses: str, parallel: bool) -> list[str]:
+        """The loop over a reduction's axes: SIMD lanes, and threads when it is alone."""
+        return [f"#pragma omp {'parallel for simd' if parallel else 'simd'} {clauses}",
+                f"for (int64_t {r} = 0; {r} < {count}; {r}++) {{"]
+
+    def phase_tail(self, op: Op, acc: str, wide: str, nan: str | None) -> list[str]:
+        """Combine partial accumulators after the loop (OpenMP's clauses already did)."""
+        return []
 
     REDUCE_RULES = {
         Op.RSUM: (lambda d, R: "0", lambda a, x: f"{a} += {x};", "+"),
@@ -296,10 +303,13 @@ class CRenderer:
             body = self.flat_kernel(c, k, top)
         else:
             body = self.nested_kernel(c, k, top)
-        lines = [f"void {k.name}(void **B) {{"]
+        lines = [self.signature(k.name) + " {"]
         lines += ["  " + ln for ln in top.lines + body]
         lines.append("}")
         return "\n".join(lines)
+
+    def signature(self, name: str) -> str:
+        return f"void {name}(void **B)"
 
     def stores(self, k: KernelPlan, x: Expr, off: Expr) -> list[str]:
         return [f"{self.ptr(dst)}[{off.code}] = {x.code};" for _, dst in k.sinks]
@@ -321,7 +331,9 @@ class CRenderer:
             stack.extend(v.srcs)
         return True
 
-    def loop(self, var: str, count: int, parallel: bool, simd: bool) -> str:
+    def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat") -> str:
+        """A loop header; ``role`` ('flat', 'outer', 'inner') lets GPU dialects map loops
+        to the grid, blocks and threads."""
         if parallel:
             pragma = "#pragma omp parallel for" + (" simd" if simd else "") + " schedule(static)"
         else:
@@ -333,7 +345,7 @@ class CRenderer:
         n = max(c.size, 1) if c.ndim == 0 else c.size
         inner = Scope("inner", "i", top)
         x = self.emit(c, (Expr("i", frozenset({"i"})),), inner, True)
-        out = [self.loop("i", n, n >= self.parallel_min_work, True)]
+        out = [self.loop("i", n, n >= self.parallel_min_work, True, "flat")]
         out += ["  " + ln for ln in inner.lines + self.stores(k, x, Expr("i"))]
         return out + ["}"]
 
@@ -348,7 +360,7 @@ class CRenderer:
         idx = self.unravel("o", c.shape, outer_dims)
         x = self.emit(c, idx, outer, False)
         work = c.srcs[0].size
-        out = [self.loop("o", n_outer, work >= self.parallel_min_work, False)]
+        out = [self.loop("o", n_outer, work >= self.parallel_min_work, False, "outer")]
         out += ["  " + ln for ln in outer.lines + self.stores(k, x, Expr("o"))]
         return out + ["}"]
 
@@ -403,11 +415,11 @@ class CRenderer:
         idx = tuple(o if o is not ZERO else i for o, i in zip(oidx, iidx, strict=True))
         x = self.emit(c, idx, inner, False)
         off = self.offset(c.shape, idx)
-        body = [self.loop("j", n_inner, False, True)]
+        body = [self.loop("j", n_inner, False, True, "inner")]
         body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]
         body.append("}")
         parallel = c.size >= self.parallel_min_work and n_outer > 1
-        out = [self.loop("o", n_outer, parallel, False)]
+        out = [self.loop("o", n_outer, parallel, False, "outer")]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
 

@@ -115,7 +115,7 @@ COMMUTATIVE: frozenset[Op] = frozenset({Op.ADD, Op.MUL, Op.MIN, Op.MAX, Op.CMPEQ
 # Unary/binary ops defined only on floating-point dtypes.
 FLOAT_ONLY: frozenset[Op] = frozenset(
     {Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS,
-     Op.POW, Op.FMA, Op.MAD}
+     Op.POW, Op.FMA, Op.MAD, Op.DIV}
 )
 # Identity element of each reduction, used for empty reductions.
 REDUCE_IDENTITY: dict[Op, float] = {

@@ -1,0 +1,121 @@
+"""Render scheduled kernels as CUDA C: the C renderer with loops mapped to the GPU.
+
+Flat element-wise kernels use a grid-stride loop; a kernel with an outer loop
+gives each block one outer index at a time and spreads the inner (row) loops
+over its threads, so a row's phases (max, sum, ...) become block reductions
+through warp shuffles and shared memory. Only the loop headers, the reduction
+epilogue and the prelude differ from the C dialect.
+"""
+
+from __future__ import annotations
+
+from ..isa.dtypes import DType
+from ..isa.opcodes import Op
+from .render_c import CRenderer, KernelPlan
+from .schedule import BufRef, Schedule
+
+CUDA_PRELUDE = r"""
+typedef long long int64_t;
+typedef int int32_t;
+#define NAN __int_as_float(0x7fffffff)
+#define INFINITY __int_as_float(0x7f800000)
+#define INT64_MIN (-9223372036854775807LL - 1)
+#define INT64_MAX 9223372036854775807LL
+#define INT32_MIN (-2147483647 - 1)
+#define INT32_MAX 2147483647
+#define HG_SLOTS 64
+struct HgArgs { void *p[HG_SLOTS]; };
+struct HgSum { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct HgProd { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
+struct HgMax { template <class T> __device__ T operator()(T a, T b) const { return b > a ? b : a; } };
+struct HgMin { template <class T> __device__ T operator()(T a, T b) const { return b < a ? b : a; } };
+struct HgOr { template <class T> __device__ T operator()(T a, T b) const { return a | b; } };
+/* Reduce v over the block; every thread gets the result. Callers are block-uniform. */
+template <class T, class F>
+__device__ __forceinline__ T hg_block_reduce(T v, F f, T identity) {
+  __shared__ __align__(8) unsigned char raw[33 * sizeof(double)];
+  T *sh = reinterpret_cast<T *>(raw);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  const int nw = (blockDim.x + 31) >> 5;
+  if (warp == 0) {
+    v = lane < nw ? sh[lane] : identity;
+    for (int o = 16; o > 0; o >>= 1) v = f(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (lane == 0) sh[32] = v;
+  }
+  __syncthreads();
+  return sh[32];
+}
+"""
+
+_FUNCTOR = {Op.RSUM: "HgSum", Op.RPROD: "HgProd", Op.RMAX: "HgMax", Op.RMIN: "HgMin"}
+
+
+class CUDARenderer(CRenderer):
+    """CUDA C for NVRTC. ``launch`` records how each kernel maps onto the grid."""
+
+    max_slots = 64
+
+    def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
+        super().__init__(sched, slots)
+        if len(slots) > self.max_slots:
+            raise ValueError(f"a CUDA program takes at most {self.max_slots} buffers")
+        self.launch: dict[str, tuple[str, int]] = {}
+        self._kernel = ""
+
+    def ctype(self, d: DType) -> str:
+        return "bool" if d.kind == "b" else d.ctype
+
+    def ptr(self, ref: BufRef) -> str:
+        return super().ptr(ref).replace("B[", "B.p[")
+
+    def kernel(self, k: KernelPlan) -> str:
+        self._kernel = k.name
+        return super().kernel(k)
+
+    def signature(self, name: str) -> str:
+        return f'extern "C" __global__ void {name}(HgArgs B)'
+
+    def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat") -> str:
+        if role in ("flat", "outer"):  # called after the body's phases: this decides
+            self.launch[self._kernel] = (role, count)
+        if role == "flat":
+            return (f"for (int64_t {var} = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; "
+                    f"{var} < {count}; {var} += (int64_t)gridDim.x * blockDim.x) {{")
+        if role == "outer":
+            return (f"for (int64_t {var} = blockIdx.x; {var} < {count}; "
+                    f"{var} += gridDim.x) {{")
+        return f"for (int64_t {var} = threadIdx.x; {var} < {count}; {var} += blockDim.x) {{"
+
+    def phase_head(self, r: str, count: int, clauses: str, parallel: bool) -> list[str]:
+        self.launch.setdefault(self._kernel, ("single", 1))
+        return [f"for (int64_t {r} = threadIdx.x; {r} < {count}; {r} += blockDim.x) {{"]
+
+    def phase_tail(self, op: Op, acc: str, wide: str, nan: str | None) -> list[str]:
+        if op in (Op.RSUM, Op.RPROD):
+            ident = "0" if op is Op.RSUM else "1"
+            lines = [f"{acc} = hg_block_reduce<{wide}>({acc}, {_FUNCTOR[op]}(), ({wide}){ident});"]
+        else:  # max and min are idempotent: a thread's own partial is a neutral filler
+            lines = [f"{{ {wide} hg_mine = {acc};",
+                     f"  {acc} = hg_block_reduce<{wide}>(hg_mine, {_FUNCTOR[op]}(), hg_mine); }}"]
+        if nan is not None:
+            lines.append(f"{nan} = hg_block_reduce<int>({nan}, HgOr(), 0);")
+        return lines
+
+    def stores(self, k: KernelPlan, x, off) -> list[str]:
+        lines = super().stores(k, x, off)
+        if off.code in ("0", "o"):  # one value per block: thread 0 writes it
+            return [f"if (threadIdx.x == 0) {{ {' '.join(lines)} }}"]
+        return lines
+
+
+def render_cuda(sched: Schedule, slots: dict[BufRef, int]) -> tuple[str, dict]:
+    r = CUDARenderer(sched, slots)
+    parts = [CUDA_PRELUDE]
+    for step in sched.steps:
+        if isinstance(step, KernelPlan):
+            parts.append(r.kernel(step))
+    return "\n\n".join(parts) + "\n", r.launch

@@ -1,0 +1,124 @@
+"""Fusion: how many kernels each composite becomes, and that fused results are right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hologram as hg
+from hologram.backends.reference import evaluate
+from hologram.isa import builder as b
+from hologram.ops import composites as C
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture(scope="module")
+def ex():
+    e = hg.default_executor("cpu")
+    if "C via" not in e.backend.describe():
+        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
+    return e
+
+
+X = ("f32", (64, 96))
+V = ("f32", (96,))
+CASES = {
+    # name: (fn, input specs, max kernel launches after fusion)
+    "gelu_tanh": (C.gelu_tanh, [X], 1),
+    "gelu_erf": (C.gelu_erf, [X], 1),
+    "sigmoid": (lambda x: x.sigmoid(), [X], 1),
+    "bias_relu_chain": (lambda x, v: C.relu((x + v) * 2.0 - 1.0).tanh(), [X, V], 1),
+    "softmax_rows": (lambda x: C.softmax(x, -1), [X], 1),
+    "softmax_cols": (lambda x: C.softmax(x, 0), [X], 1),
+    "log_softmax": (lambda x: C.log_softmax(x, -1), [X], 1),
+    "layer_norm": (lambda x, w, v: C.layer_norm(x, w, v, (1,)), [X, V, V], 1),
+    "mse": (lambda p, t: C.squared_error(p, t).mean(), [X, X], 1),
+    "bce": (lambda p, t: C.binary_cross_entropy(p, t).mean(), [X, X], 1),
+    "cross_entropy": (lambda x, t: C.cross_entropy_rows(x, t).mean(), [X, X], 2),
+    "sum_all": (lambda x: x.sum(), [X], 1),
+    "max_rows": (lambda x: x.max(1), [X], 1),
+    "gemm_bias_gelu": (lambda x, w, v: C.gelu_tanh(x @ w + v),
+                       [("f32", (64, 80)), ("f32", (80, 96)), V], 2),
+    "gemm_transposed": (lambda x, w: x @ w.T, [("f32", (64, 80)), ("f32", (96, 80))], 1),
+}
+
+
+def _inputs(specs, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for d, s in specs:
+        a = rng.standard_normal(s).astype(np.float32)
+        out.append(a)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fused_kernel_count_and_result(ex, name):
+    fn, specs, max_launches = CASES[name]
+    p = b.program(fn, specs, name=name)
+    compiled = ex.compile(p)
+    assert compiled.stats.launches_after <= max_launches, compiled.source
+    ins = _inputs(specs)
+    if name in ("bce",):
+        ins = [1 / (1 + np.exp(-a)) for a in ins]
+    want, _ = evaluate(p, ins)
+    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
+    ex.launch(p, ins, got)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["gelu_tanh", "gelu_erf", "sigmoid", "softmax_rows",
+                                  "layer_norm", "mse", "bce", "cross_entropy"])
+def test_composites_cut_launches_by_at_least_75_percent(ex, name):
+    fn, specs, _ = CASES[name]
+    stats = ex.compile(b.program(fn, specs)).stats
+    if name == "sigmoid":  # a single primitive: nothing to fuse, nothing to cut
+        assert stats.launches_after == stats.launches_before == 1
+        return
+    assert stats.launch_reduction >= 0.75, str(stats)
+
+
+def test_rows_are_not_reread_from_memory_between_passes(ex):
+    """Softmax reads each row in its phases while it is in cache: one kernel, one
+    outer loop over rows, and every pass over a row is an inner loop of that kernel."""
+    p = b.program(lambda x: C.softmax(x, -1), [("f32", (4096, 1024))])
+    src = ex.compile(p).source
+    assert src.count("void k") == 1
+    assert src.count("for (int64_t o = 0; o < 4096; o++)") == 1
+
+
+def test_jit_fuses_across_op_boundaries(ex):
+    @hg.jit
+    def f(x, w):
+        h = C.gelu_tanh(x * 2.0 + 1.0)
+        return C.softmax(h * w, -1)
+
+    x = np.random.default_rng(1).standard_normal((8, 32)).astype(np.float32)
+    w = np.ones(32, np.float32)
+    y = f(x, w)
+    h = 2 * x.astype(np.float64) + 1
+    g = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+    e = np.exp(g - g.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+    p, _ = f.program_for(x, w)
+    assert ex.compile(p).stats.launches_after == 1
+    assert "reduction" in f.explain(x, w)
+
+
+def test_jit_caches_per_shape_and_takes_torch_tensors(ex):
+    calls = []
+
+    @hg.jit
+    def f(x):
+        calls.append(1)
+        return x.exp()
+
+    f(np.zeros(3, np.float32))
+    f(np.ones(3, np.float32))
+    assert len(calls) == 1
+    f(np.zeros(4, np.float32))
+    assert len(calls) == 2
+    torch = pytest.importorskip("torch")
+    np.testing.assert_allclose(f(torch.zeros(4)), np.ones(4))
