@@ -47,7 +47,7 @@ CASES = {
 def _inputs(specs, seed=0):
     rng = np.random.default_rng(seed)
     out = []
-    for d, s in specs:
+    for _, s in specs:
         a = rng.standard_normal(s).astype(np.float32)
         out.append(a)
     return out

@@ -27,8 +27,10 @@ typedef int int32_t;
 struct HgArgs { void *p[HG_SLOTS]; };
 struct HgSum { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
 struct HgProd { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
-struct HgMax { template <class T> __device__ T operator()(T a, T b) const { return b > a ? b : a; } };
-struct HgMin { template <class T> __device__ T operator()(T a, T b) const { return b < a ? b : a; } };
+struct HgMax { template <class T> __device__ T operator()(T a, T b) const {
+  return b > a ? b : a; } };
+struct HgMin { template <class T> __device__ T operator()(T a, T b) const {
+  return b < a ? b : a; } };
 struct HgOr { template <class T> __device__ T operator()(T a, T b) const { return a | b; } };
 /* Reduce v over the block; every thread gets the result. Callers are block-uniform. */
 template <class T, class F>
