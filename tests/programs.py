@@ -74,9 +74,10 @@ def random_inputs(specs, seed: int, special: bool = True) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     out = []
     for d, s in specs:
-        a = (rng.standard_normal(s) * 3).astype(d if d != "f32" else np.float32)
+        a = np.asarray(rng.standard_normal(s) * 3).astype({"f32": np.float32,
+                                                          "f64": np.float64}[d])
         if special and a.size:
-            mask = rng.random(s) < 0.15
+            mask = np.asarray(rng.random(s) < 0.15)
             a[mask] = rng.choice(SPECIAL, size=int(mask.sum()))
-        out.append(np.ascontiguousarray(a))
+        out.append(a.copy(order="C"))
     return out

@@ -25,7 +25,7 @@ def _compiled_executor() -> hg.Executor:
 
 
 def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> None:
-    assert got.shape == want.shape
+    assert got.shape == want.shape, (got.shape, want.shape)
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
     # infinities and NaN must be in the same places
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
@@ -44,7 +44,7 @@ def test_cpu_matches_reference_f64(case, seed):
     got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
     ex.launch(p, ins, got)
     for g, w in zip(got, want, strict=True):
-        assert_close(g, w, rtol=1e-9, atol=1e-12)
+        assert_close(g, w, rtol=1e-9, atol=1e-12), str(p)
 
 
 @settings(max_examples=60, deadline=None,

@@ -8,6 +8,7 @@ export hand out the same memory the kernels write (zero-copy), and
 from __future__ import annotations
 
 import math
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +44,7 @@ class Buffer:
     """Memory owned by one Executor; freed by ``free()`` or when the executor closes."""
 
     __slots__ = ("_executor", "_block", "_array", "shape", "isa_dtype", "_freed", "_external",
+                 "_views",
                  "__weakref__")
 
     def __init__(
@@ -61,6 +63,7 @@ class Buffer:
         self.isa_dtype = dtype
         self._freed = False
         self._external = external  # keeps a foreign owner (DLPack producer) alive
+        self._views: list[weakref.ref[Buffer]] = []  # reshape() views, freed with this buffer
 
     # --- properties -------------------------------------------------------------
     @property
@@ -199,8 +202,10 @@ class Buffer:
         shape_ = normalize_shape(shape[0] if len(shape) == 1 else tuple(shape), "shape")
         if math.prod(shape_) != self.size:
             raise ShapeError(f"shape: {shape_} does not hold {self.size} elements")
-        return Buffer(self._executor, self._array.reshape(shape_), shape_, self.isa_dtype,
+        view = Buffer(self._executor, self._array.reshape(shape_), shape_, self.isa_dtype,
                       None, external=self)
+        self._views.append(weakref.ref(view))
+        return view
 
     def _require_writable(self, what: str) -> None:
         if not self.writable:
@@ -211,6 +216,11 @@ class Buffer:
         if self._freed:
             return
         self._freed = True
+        for ref in self._views:  # views share this memory: they end with it
+            view = ref()
+            if view is not None:
+                view.free()
+        self._views.clear()
         self._executor._release(self)
 
     # --- DLPack -----------------------------------------------------------------

@@ -24,7 +24,7 @@ _erf64 = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    return _erf64(x.astype(np.float64)).astype(np.float64).astype(x.dtype)
+    return np.asarray(_erf64(np.asarray(x, np.float64)), np.float64).astype(x.dtype)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -28,12 +28,11 @@ from ._run import (
 def _run(name: str, fn: Callable[..., Var], executor: Any, inputs: tuple[Buffer, ...],
          out: Buffer, n: Any, params: tuple = ()) -> Buffer:
     bufs = (*inputs, out)
-    try:
+    key = None
+    if n is None or type(n) is int:  # True and 1.0 hash like 1: only exact ints are keys
         key = (name, params, n, *map(id, bufs))
         if fast_call(executor, key, bufs):
             return out
-    except TypeError:  # unhashable n or params: the checks below say what is wrong
-        key = None
     ex = check_executor(executor)
     d = float_dtype(inputs[0], "a")
     count = resolve_n(n, inputs[0])
@@ -97,7 +96,7 @@ def _number(v: Any, name: str) -> float:
 def gelu(exec: Any, a: Buffer, c: Buffer, n: int | None = None,
          approximate: str = "tanh") -> Buffer:
     """GELU; ``approximate='tanh'`` (default, the seeds' form) or ``'none'`` (exact, erf)."""
-    if approximate not in C.GELU_FORMS:
+    if not isinstance(approximate, str) or approximate not in C.GELU_FORMS:
         raise ValueError(f"approximate: expected 'tanh' or 'none', got {approximate!r}")
     form = "none" if approximate == "erf" else approximate
     return _run("gelu", C.GELU_FORMS[form], exec, (a,), c, n, (form,))

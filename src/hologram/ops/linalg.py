@@ -30,8 +30,10 @@ def gemm(exec: Any, a: Buffer, b: Buffer, c: Buffer, m: int | None = None,
     """C = A @ B. m, k, n default to A's and B's shapes when they are 2-D."""
     ex = check_executor(exec)
     d = float_dtype(a, "a")
+    if not isinstance(b, Buffer):
+        raise TypeError(f"b: expected a hologram Buffer, got {type(b).__name__}")
     if m is None or k is None or n is None:
-        if not (isinstance(b, Buffer) and a.ndim == 2 and b.ndim == 2):
+        if not (a.ndim == 2 and b.ndim == 2):
             raise ShapeError("m, k, n: required unless a and b are 2-D buffers")
         m = a.shape[0] if m is None else m
         k = a.shape[1] if k is None else k

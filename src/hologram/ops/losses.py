@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..buffer import Buffer
 from ..errors import ShapeError
 from . import composites as C
@@ -17,7 +19,7 @@ _REDUCTIONS = tuple(C.REDUCTIONS)
 
 
 def _check_reduction(reduction: Any) -> str:
-    if reduction not in C.REDUCTIONS:
+    if not isinstance(reduction, str) or reduction not in C.REDUCTIONS:
         raise ValueError(f"reduction: expected one of {_REDUCTIONS}, got {reduction!r}")
     return reduction
 
@@ -73,7 +75,10 @@ def cross_entropy_loss(exec: Any, logits: Buffer, target: Buffer, out: Buffer,
     count = resolve_n(n, logits)
     shape = logits.shape if count is None else (count,)
     if classes is not None:
-        if isinstance(classes, bool) or not isinstance(classes, int) or classes <= 0:
+        if isinstance(classes, bool) or not isinstance(classes, (int, np.integer)):
+            raise ValueError(f"classes: expected a positive int, got {classes!r}")
+        classes = int(classes)
+        if classes <= 0:
             raise ValueError(f"classes: expected a positive int, got {classes!r}")
         total = int(_size(shape))
         if total % classes:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..buffer import Buffer
 from ..errors import ShapeError
 from ..isa.verify import RuleError, normalize_axes
@@ -22,8 +24,9 @@ def _in_shape(a: Buffer, n: Any) -> tuple[int, ...]:
 
 
 def _axis(axis: Any, ndim: int) -> int:
-    if isinstance(axis, bool) or not isinstance(axis, int):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
         raise TypeError(f"axis: expected an int, got {type(axis).__name__}")
+    axis = int(axis)
     try:
         return normalize_axes((axis,), ndim)[0]
     except RuleError as e:
