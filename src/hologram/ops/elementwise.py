@@ -58,6 +58,15 @@ def _run(name: str, fn: Callable[..., Var], executor: Any, inputs: tuple[Buffer,
 
 def _binary(name: str, fn: Callable[[Var, Var], Var]) -> Callable[..., Buffer]:
     def op(exec: Any, a: Buffer, b: Buffer, c: Buffer, n: int | None = None) -> Buffer:
+        # Fast path (repeated calls on the same buffers): see _run.fast_call.
+        try:
+            refs, call = exec._bound[(name, (), n, id(a), id(b), id(c))]
+        except (AttributeError, KeyError, TypeError):
+            return _run(name, fn, exec, (a, b), c, n)
+        if (refs[0]() is a and refs[1]() is b and refs[2]() is c
+                and not (a._freed or b._freed or c._freed) and (n is None or type(n) is int)):
+            call()
+            return c
         return _run(name, fn, exec, (a, b), c, n)
 
     op.__name__ = name
@@ -67,6 +76,14 @@ def _binary(name: str, fn: Callable[[Var, Var], Var]) -> Callable[..., Buffer]:
 
 def _unary(name: str, fn: Callable[[Var], Var]) -> Callable[..., Buffer]:
     def op(exec: Any, a: Buffer, c: Buffer, n: int | None = None) -> Buffer:
+        try:
+            refs, call = exec._bound[(name, (), n, id(a), id(c))]
+        except (AttributeError, KeyError, TypeError):
+            return _run(name, fn, exec, (a,), c, n)
+        if (refs[0]() is a and refs[1]() is c and not (a._freed or c._freed)
+                and (n is None or type(n) is int)):
+            call()
+            return c
         return _run(name, fn, exec, (a,), c, n)
 
     op.__name__ = name
