@@ -7,6 +7,7 @@ interpreter, with one warning.
 from __future__ import annotations
 
 import ctypes
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class CompiledProgram:
     stats: ProgramStats
     steps: list[Callable[[Any, list[np.ndarray]], None]]
     temps: list[tuple[np.dtype, tuple[int, ...]]]
+    raw_kernels: list[Any] = field(default_factory=list)
 
     @property
     def source(self) -> str:
@@ -131,7 +133,15 @@ class CPUBackend(Backend):
                              low.launches, rules)
         steps = [self._step(s, low, lib) for s in low.schedule.steps]
         temps = [(t.dtype.np_dtype, t.shape) for t in low.schedule.temps]
-        return CompiledProgram(program, canon, low, stats, steps, temps)
+        raw = [self._raw(lib, s.name) for s in low.schedule.steps if isinstance(s, KernelPlan)]
+        return CompiledProgram(program, canon, low, stats, steps, temps, raw)
+
+    @staticmethod
+    def _raw(lib: Any, name: str) -> Any:
+        """A fresh function object (``lib[name]``) with no argtypes to convert through."""
+        fn = lib[name]
+        fn.restype = None
+        return fn
 
     def _step(self, step: KernelPlan | GemmPlan, low: Lowered, lib: Any):
         if isinstance(step, KernelPlan):
@@ -153,17 +163,16 @@ class CPUBackend(Backend):
 
     def bind(self, compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
              arena: np.ndarray | None = None) -> Any:
-        if self._fallback is not None or compiled.temps or len(compiled.steps) != 1:
+        if (self._fallback is not None or compiled.temps or len(compiled.steps) != 1
+                or len(compiled.raw_kernels) != 1):
             return super().bind(compiled, inputs, outputs, arena)
         arrays = [*inputs, *outputs, arena if arena is not None else np.zeros(0, np.uint8)]
         table = (ctypes.c_void_p * len(arrays))(
             *(a.__array_interface__["data"][0] for a in arrays))
-        step = compiled.steps[0]
-        keep = (arrays, table)  # the closure keeps the arrays (and their memory) alive
-
-        def call() -> None:
-            step(keep[1], keep[0])
-
+        # The bare C function with its pointer table bound: the cheapest call ctypes has
+        # (no argtypes conversion; a ctypes array passes as a pointer).
+        call = functools.partial(compiled.raw_kernels[0], table)
+        call.arrays = arrays  # type: ignore[attr-defined]  # keep the memory alive
         return call
 
     def launch(self, compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],

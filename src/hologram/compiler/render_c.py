@@ -77,7 +77,11 @@ class Scope:
         return out
 
 
-PARALLEL_MIN_WORK = 1 << 15  # elements below which a second thread costs more than it saves
+# Elements below which a second thread costs more than it saves (measured: starting an
+# OpenMP region costs ~0.6 us, and a busy box can stall it; see compiler/cc.py).
+PARALLEL_MIN_WORK = 1 << 17  # plain arithmetic: memory-bound
+PARALLEL_MIN_WORK_MATH = 1 << 15  # loops calling transcendental functions
+MATH_OPS = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW})
 
 
 class CRenderer:
@@ -289,6 +293,8 @@ class CRenderer:
     # --- kernels ------------------------------------------------------------------------------
     def kernel(self, k: KernelPlan) -> str:
         v, _ = k.sinks[0]
+        heavy = any(x.op in MATH_OPS for x in v.walk())
+        self.parallel_min_work = PARALLEL_MIN_WORK_MATH if heavy else PARALLEL_MIN_WORK
         # The sink is computed here, unless it is a load or a GEMM result (a copy kernel).
         self.computing = set() if v.op in (Op.LDG, Op.GEMM) else {id(v)}
         c = v
