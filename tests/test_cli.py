@@ -69,18 +69,22 @@ def test_cpu_features_come_from_the_flags_line(tmp_path):
     assert cli.cpu_features(tmp_path / "arm") is None
 
 
-def test_c_compiler_prefers_cc_env(monkeypatch, tmp_path):
+def test_c_compiler_skips_a_broken_cc_env(monkeypatch, tmp_path):
     fake = tmp_path / "mycc"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
     monkeypatch.setenv("CC", str(fake))
-    assert cli.c_compiler() == str(fake)
+    found = cli.c_compiler()  # a $CC that cannot build a kernel is passed over
+    if found is not None:
+        assert str(fake) not in found
     monkeypatch.delenv("CC")
-    assert cli.c_compiler() in (None, *(shutil.which(n) for n in cli.C_COMPILERS))
+    found = cli.c_compiler()
+    paths = [shutil.which(n) for n in cli.C_COMPILERS]
+    assert found is None or any(p and found.startswith(p) for p in paths)
 
 
 def test_demo_checks_and_times_every_op(capsys):
-    assert cli.main(["demo"]) == 0  # the default sizes: 1M elements, 512x512 GEMM
+    assert cli.main(["demo", "--ops"]) == 0  # the default sizes: 1M elements, 512x512 GEMM
     out = capsys.readouterr().out
     for op in DEMO_OPS:
         line = next(ln for ln in out.splitlines() if ln.startswith(op + " "))
@@ -101,13 +105,13 @@ def test_demo_exits_1_when_a_result_is_wrong(capsys, monkeypatch):
         return cases
 
     monkeypatch.setattr(cli, "demo_cases", broken)
-    assert cli.main(["demo", *SMALL]) == 1
+    assert cli.main(["demo", "--ops", *SMALL]) == 1
     out = capsys.readouterr().out
     assert "gelu" in out and "FAIL (max rel err" in out and "SOME CHECKS FAILED" in out
 
 
 def test_demo_on_an_unknown_backend_says_why(capsys):
-    assert cli.main(["demo", "--backend", "nonsense"]) == 1
+    assert cli.main(["demo", "--ops", "--backend", "nonsense"]) == 1
     captured = capsys.readouterr()
     assert "hologram: error:" in captured.err and "nonsense" in captured.err
     assert captured.out == ""
@@ -116,7 +120,7 @@ def test_demo_on_an_unknown_backend_says_why(capsys):
 def test_usage_errors():
     assert cli.main([]) == 2
     with pytest.raises(SystemExit) as e:
-        cli.main(["demo", "--size", "0"])
+        cli.main(["demo", "--ops", "--size", "0"])
     assert e.value.code == 2
 
 
@@ -124,7 +128,7 @@ def test_installed_entry_point_and_python_m():
     script = Path(sys.executable).parent / "hologram"
     if not script.exists():
         pytest.skip(f"no installed hologram script beside {sys.executable}")
-    proc = subprocess.run([str(script), "demo", *SMALL], capture_output=True, text=True,
+    proc = subprocess.run([str(script), "demo", "--ops", *SMALL], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count(" OK (max rel err ") == len(DEMO_OPS)
@@ -133,3 +137,12 @@ def test_installed_entry_point_and_python_m():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "backends" in json.loads(proc.stdout)
+
+
+def test_demo_trains_through_the_hologram_backend(capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    pytest.importorskip("tqdm")
+    assert cli.main(["demo", "--epochs", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "test acc" in out and "hologram" in out

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
-import shutil
 import statistics
 import sys
 import time
@@ -28,6 +26,7 @@ import numpy as np
 
 from . import __version__
 from .backends import registry
+from .cache import cache_dir
 from .errors import HologramError
 
 if TYPE_CHECKING:
@@ -39,22 +38,6 @@ C_COMPILERS: tuple[str, ...] = ("cc", "gcc", "clang")
 
 
 # --- info ---------------------------------------------------------------------------
-def cache_dir() -> Path:
-    """Where compiled kernels are cached: $HOLOGRAM_CACHE_DIR, else the platform's user
-    cache directory (XDG on Linux), so the cache survives between runs without config."""
-    env = os.environ.get("HOLOGRAM_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    home = Path.home()
-    if sys.platform == "darwin":
-        return home / "Library" / "Caches" / "hologram"
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA")
-        return (Path(base) if base else home / "AppData" / "Local") / "hologram" / "Cache"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else home / ".cache") / "hologram"
-
-
 def cpu_features(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, bool] | None:
     """Which of CPU_FLAGS the CPU has, from the first ``flags`` line of /proc/cpuinfo;
     None where that file does not exist or has no flags line (macOS, Windows, ARM)."""
@@ -71,14 +54,11 @@ def cpu_features(cpuinfo: str | Path = "/proc/cpuinfo") -> dict[str, bool] | Non
 
 
 def c_compiler() -> str | None:
-    """The C compiler the CPU backend would use to build native kernels: $CC if set
-    (the backend honours it), else the first of cc, gcc, clang on PATH."""
-    names = [os.environ["CC"]] if os.environ.get("CC") else []
-    for name in (*names, *C_COMPILERS):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
+    """The C compiler the CPU backend builds kernels with (its path and version), or None."""
+    from .compiler.cc import CCompiler
+
+    found = CCompiler.find()
+    return found.id if found is not None else None
 
 
 def collect_info() -> dict[str, Any]:
@@ -266,6 +246,29 @@ def format_table(rows: Sequence[Sequence[str]]) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """The main job: train a classifier through torch.compile(backend='hologram'); with
+    --ops, or without the torch extra installed, the op-by-op showcase instead."""
+    if not args.ops:
+        missing = [m for m in ("torch", "sklearn", "tqdm") if not _importable(m)]
+        if not missing:
+            from .demo_train import main as train_main
+
+            return train_main(args.extra)
+        print(f"(the training demo needs {', '.join(missing)}: pip install 'hologram[torch]'; "
+              "showing the op demo instead)\n")
+    elif args.extra:
+        print(f"hologram demo --ops: unknown arguments {args.extra}", file=sys.stderr)
+        return 2
+    return cmd_demo_ops(args)
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def cmd_demo_ops(args: argparse.Namespace) -> int:
     from .executor import Executor  # not at import time: `hologram info` needs no executor
 
     with Executor(args.backend) as ex:  # an unavailable backend raises before any output
@@ -301,7 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_info.add_argument("--json", action="store_true", help="print the same as JSON")
     p_info.set_defaults(func=cmd_info)
 
-    p_demo = sub.add_parser("demo", help="run a few ops, check them against NumPy, time both")
+    p_demo = sub.add_parser(
+        "demo", help="train an MLP through torch.compile(backend='hologram') beside eager "
+        "PyTorch (--ops: run a few ops, check them against NumPy, time both); other "
+        "arguments go to the training demo (--epochs N, --no-progress, --explain)")
+    p_demo.add_argument("--ops", action="store_true", help="the op-by-op showcase")
     p_demo.add_argument("--backend", default="auto",
                         help="backend to run on (default: auto, the best available)")
     p_demo.add_argument("--size", type=_positive, default=1 << 20,
@@ -317,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 failure, 2 usage error)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "demo":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     if args.command is None:
         parser.print_help()
         return 2

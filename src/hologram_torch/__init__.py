@@ -10,6 +10,8 @@ compile under ``torch.compile(fullgraph=True)`` without graph breaks.
 """
 
 from . import functional, nn, utils
+from .compile_backend import hologram_backend
+from .explain import explain
 from .utils import (
     buffer_to_tensor,
     create_executor_for_tensor,
@@ -20,6 +22,8 @@ from .utils import (
 
 __all__ = [
     "buffer_to_tensor",
+    "explain",
+    "hologram_backend",
     "create_executor_for_tensor",
     "default_executor",
     "functional",

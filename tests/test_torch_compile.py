@@ -1,0 +1,294 @@
+"""``torch.compile(backend="hologram")`` against eager PyTorch, forward and backward.
+
+Every model family the backend claims (MLP, transformer block, the losses) is
+trained one step both ways from the same weights; outputs and every parameter's
+gradient must agree within float32 tolerance. The fallback path (an ATen op with
+no translation) must log its reason and still match, since a silently wrong or
+silently slow graph is the failure users could not see.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+from hologram_torch import compile_backend as cb  # noqa: E402
+from hologram_torch.explain import explain  # noqa: E402
+
+ATOL, RTOL = 2e-5, 1e-4
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: multi-head attention written with matmul/softmax."""
+
+    def __init__(self, d: int = 16, heads: int = 2, approximate: str = "none") -> None:
+        super().__init__()
+        self.heads, self.approximate = heads, approximate
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        hd = d // self.heads
+        h = self.ln1(x)
+        q, k, v = (f(h).view(b, t, self.heads, hd).transpose(1, 2)
+                   for f in (self.q, self.k, self.v))
+        att = torch.softmax(q @ k.transpose(-2, -1) / hd ** 0.5, dim=-1)
+        x = x + self.o((att @ v).transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.ln2(x)), approximate=self.approximate))
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, 32), nn.Tanh(),
+                         nn.Linear(32, 16), nn.Sigmoid(), nn.Linear(16, 5))
+
+
+def _check_train_step(model: nn.Module, loss_fn, *inputs, atol: float = ATOL) -> list:
+    """One forward+backward eager and compiled from the same weights; returns graphs."""
+    twin = copy.deepcopy(model)
+    ref = loss_fn(model, *inputs)
+    ref.backward()
+    compiled = torch.compile(twin, backend="hologram")
+    with cb.collect_graphs() as graphs:
+        got = loss_fn(compiled, *inputs)
+        got.backward()
+    torch.testing.assert_close(got, ref, atol=atol, rtol=RTOL)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=atol, rtol=RTOL, msg=f"grad of {name}")
+    return graphs
+
+
+def _no_fallback(graphs) -> None:
+    assert graphs, "the hologram backend compiled no graph"
+    for g in graphs:
+        assert g.torch_ops == [], f"{g.kind} graph ran ops in PyTorch: {g.torch_ops}"
+
+
+def test_mlp_forward_backward_in_one_program_per_graph():
+    torch.manual_seed(0)
+    x = torch.randn(7, 12)
+    graphs = _check_train_step(_mlp(), lambda m, x: (m(x) ** 2).mean(), x)
+    _no_fallback(graphs)
+    assert {g.kind for g in graphs} == {"forward", "backward"}
+    assert all(len(g.regions) == 1 for g in graphs)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_transformer_block_forward_backward(approximate):
+    torch.manual_seed(1)
+    x = torch.randn(2, 5, 16)
+    graphs = _check_train_step(Block(approximate=approximate),
+                               lambda m, x: (m(x) * torch.linspace(-1, 1, 16)).sum(), x)
+    _no_fallback(graphs)
+    ops = set().union(*(g.hologram_ops for g in graphs))
+    assert {"aten.native_layer_norm", "aten.native_layer_norm_backward", "aten._softmax",
+            "aten._softmax_backward_data", "aten.gelu", "aten.gelu_backward",
+            "aten.bmm"} <= ops
+
+
+@pytest.mark.parametrize("loss", ["mse", "cross_entropy", "cross_entropy_weighted_ignore",
+                                  "bce", "bce_logits"])
+def test_losses_forward_backward(loss):
+    torch.manual_seed(2)
+    x = torch.randn(6, 10)
+    classes = torch.tensor([0, 3, 2, 3, 1, 0])
+    probs = torch.rand(6, 4)
+    dense = torch.randn(6, 4)
+    weight = torch.tensor([1.0, 2.0, 0.5, 3.0])
+    losses = {
+        "mse": lambda z: F.mse_loss(z, dense),
+        "cross_entropy": lambda z: F.cross_entropy(z, classes),
+        "cross_entropy_weighted_ignore": lambda z: F.cross_entropy(z, classes, weight=weight,
+                                                                   ignore_index=3),
+        "bce": lambda z: F.binary_cross_entropy(torch.sigmoid(z), probs),
+        "bce_logits": lambda z: F.binary_cross_entropy_with_logits(z, probs, reduction="sum"),
+    }
+    fn = losses[loss]
+
+    class WithLoss(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(10, 4)
+
+        def forward(self, x):
+            return fn(self.lin(x))
+
+    graphs = _check_train_step(WithLoss(), lambda m, x: m(x), x)
+    _no_fallback(graphs)
+
+
+def test_unsupported_op_falls_back_logs_reason_and_matches(caplog, monkeypatch):
+    torch.manual_seed(3)
+    monkeypatch.setattr(cb, "_LOGGED", set())  # reasons are logged once per process
+
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(6, 6)
+
+        def forward(self, x):
+            return torch.cumsum(self.lin(x).exp(), dim=1).tanh()  # no ISA scan: PyTorch
+
+    with caplog.at_level(logging.WARNING, logger="hologram_torch"):
+        graphs = _check_train_step(Odd(), lambda m, x: m(x).sum(), torch.randn(4, 6))
+    reasons = dict(op_reason for g in graphs for op_reason in g.torch_ops)
+    assert "aten.cumsum" in reasons and "no hologram translation" in reasons["aten.cumsum"]
+    assert any("aten.cumsum" in r.getMessage() for r in caplog.records)
+    # The ops around the fallback still ran as hologram programs.
+    assert any(g.regions for g in graphs)
+
+
+def test_multiple_outputs_views_noncontiguous_bool_and_f64():
+    def fn(x, y):
+        mask = x > 0.25
+        z = torch.where(mask, x.t() @ y, -y.sum(0))  # t() of a non-contiguous input
+        return z.relu(), mask, x.t(), mask.sum(1)  # bool and int64 results too
+
+    x = torch.randn(5, 3, dtype=torch.float64).t()  # (3, 5), not contiguous
+    x = x[:, :3]  # (3, 3): strided view
+    y = torch.randn(3, 3, dtype=torch.float64)
+    compiled = torch.compile(fn, backend="hologram")
+    for got, want in zip(compiled(x, y), fn(x, y), strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+
+
+def test_more_ops_and_decompositions_match_without_fallback():
+    def fn(x, w):
+        h = F.silu(x @ w) + F.leaky_relu(x, 0.1) @ w - F.hardtanh(x).abs().pow(1.5) @ w
+        h = h.clamp(-2.0, 2.0) + torch.where(h > 0.2, h, 0.5 * h).masked_fill(h < -1.5, -1.0)
+        keep = torch.logical_and(h > -1.0, ~(h > 1.0)) | (h.sign() == 0)
+        h = torch.where(keep, h, h * 0.25) + h.var(1, keepdim=True) + h.amax(0) - h.amin(1, True)
+        att = torch.bmm(h.view(2, 3, 4), h.view(2, 3, 4).transpose(1, 2)).softmax(-1)
+        return (att.view(6, 3).sum(1, keepdim=True) * h).mean() + torch.rsqrt(h.abs() + 1).sum()
+
+    torch.manual_seed(6)
+    x = torch.randn(6, 5, requires_grad=True)
+    w = torch.randn(5, 4, requires_grad=True)
+    x2, w2 = (t.detach().clone().requires_grad_() for t in (x, w))
+    ref = fn(x, w)
+    ref.backward()
+    with cb.collect_graphs() as graphs:
+        got = torch.compile(fn, backend="hologram")(x2, w2)
+        got.backward()
+    torch.testing.assert_close(got, ref, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(x2.grad, x.grad, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(w2.grad, w.grad, atol=ATOL, rtol=RTOL)
+    _no_fallback(graphs)
+
+
+def test_changing_batch_size_replans_and_matches():
+    torch.manual_seed(4)
+    model, twin = _mlp(), None
+    twin = copy.deepcopy(model)
+    compiled = torch.compile(twin, backend="hologram")
+    for bs in (3, 5, 8, 5):
+        x = torch.randn(bs, 12)
+        torch.testing.assert_close(compiled(x), model(x), atol=ATOL, rtol=RTOL)
+
+
+def test_class_index_out_of_range_raises_like_torch():
+    z = torch.randn(3, 4)
+    bad = torch.tensor([0, 4, 1])
+    with pytest.raises(IndexError):
+        F.cross_entropy(z, bad)
+    compiled = torch.compile(lambda z, t: F.cross_entropy(z, t), backend="hologram")
+    compiled(z, torch.tensor([0, 3, 1]))
+    with pytest.raises(IndexError, match="out of range"):
+        compiled(z, bad)
+
+
+def test_explain_reports_ops_programs_kernels_and_reduction():
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 3))
+    x, t = torch.randn(4, 8), torch.tensor([0, 2, 1, 0])
+    grads_before = [p.grad for p in model.parameters()]
+
+    report = explain(lambda x, t: F.cross_entropy(model(x), t), x, t)
+    text = str(report)
+    assert [g.kind for g in report.graphs] == ["forward", "backward"]
+    assert report.hologram_ops["aten.addmm"] == 2 and report.torch_ops == {}
+    assert report.programs == 2 and report.kernels >= 2
+    assert report.launches_before >= report.launches_after > 0
+    for needle in ("forward graph", "backward graph", "aten.addmm", "aten.nll_loss_forward",
+                   "launches", "operation reduction"):
+        assert needle in text
+    assert [p.grad for p in model.parameters()] == grads_before  # explain has no side effects
+
+    odd = explain(lambda x: torch.cumsum(x, 0).exp(), x)
+    assert "aten.cumsum" in odd.torch_ops
+    assert "in PyTorch: aten.cumsum" in str(odd)
+
+
+def test_supported_ops_table_covers_the_brief():
+    names = set(cb.supported_ops())
+    for op in ("add", "sub", "mul", "div", "neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu",
+               "sqrt", "rsqrt", "pow", "abs", "maximum", "minimum", "where", "gt", "lt", "eq",
+               "ge", "le", "sum", "mean", "amax", "amin", "_softmax", "_log_softmax",
+               "_softmax_backward_data", "_log_softmax_backward_data", "native_layer_norm",
+               "native_layer_norm_backward", "mm", "addmm", "bmm", "t", "transpose", "permute",
+               "view", "reshape", "_unsafe_view", "expand", "unsqueeze", "squeeze", "detach",
+               "clone", "alias", "threshold_backward", "gelu_backward", "tanh_backward",
+               "sigmoid_backward", "mse_loss", "mse_loss_backward", "nll_loss_forward",
+               "nll_loss_backward", "full", "scalar_tensor", "zeros_like", "ones_like",
+               "_to_copy"):
+        assert f"aten.{op}" in names, op
+
+
+def test_tensors_off_the_cpu_run_in_pytorch_with_a_reason():
+    # The meta device stands in for a GPU: hologram_torch's backend runs on host memory.
+    f = torch.compile(lambda x: (x * 2.0).exp().sum(), backend="hologram")
+    with cb.collect_graphs() as graphs:
+        out = f(torch.ones(3, device="meta"))
+    assert out.device.type == "meta"
+    assert all(not g.regions for g in graphs)
+    assert all("not on the CPU" in why for g in graphs for _, why in g.torch_ops)
+
+
+def test_training_demo_runs_and_agrees_with_eager(capsys):
+    pytest.importorskip("sklearn")
+    pytest.importorskip("tqdm")
+    from hologram.demo_train import main
+
+    assert main(["--epochs", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("eager", "hologram", "test acc", "median step", "operation reduction"):
+        assert needle in out
+
+
+def _has_entry_point() -> bool:
+    eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    return any(ep.name == "hologram" for ep in eps)
+
+
+@pytest.mark.skipif(not _has_entry_point(),
+                    reason="hologram is not installed with its entry points (pip install -e .)")
+def test_entry_point_registers_backend_without_import():
+    code = textwrap.dedent("""
+        import sys, warnings
+        warnings.simplefilter("ignore")
+        import torch, torch._dynamo
+        assert "hologram" in torch._dynamo.list_backends(), torch._dynamo.list_backends()
+        assert "hologram_torch" not in sys.modules
+        f = torch.compile(lambda x: (x * 2.0).exp().sum(), backend="hologram")
+        x = torch.arange(4.0)
+        torch.testing.assert_close(f(x), (x * 2.0).exp().sum())
+        assert "hologram_torch.compile_backend" in sys.modules
+        print("ok")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=os.path.dirname(__file__) or ".")
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
