@@ -75,7 +75,7 @@ class JitFunction:
     def __call__(self, *args: Any) -> Any:
         p, arrays = self.program_for(*args)
         outs = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
-        self.executor.launch(p, arrays, outs)
+        self.executor.launch(p, arrays, outs, fresh_outputs=True)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def explain(self, *args: Any) -> str:
