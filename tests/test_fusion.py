@@ -122,3 +122,21 @@ def test_jit_caches_per_shape_and_takes_torch_tensors(ex):
     assert len(calls) == 2
     torch = pytest.importorskip("torch")
     np.testing.assert_allclose(f(torch.zeros(4)), np.ones(4))
+
+
+def test_jit_writes_into_out(ex):
+    f = hg.jit(lambda x: x * 2.0)
+    x = np.arange(6, dtype=np.float32)
+    out = np.empty(6, np.float32)
+    assert f(x, out=out) is out
+    np.testing.assert_array_equal(out, x * 2)
+    f(x, out=x)  # element-wise in place is allowed
+    np.testing.assert_array_equal(x, np.arange(6) * 2)
+    with pytest.raises(ValueError, match="out"):
+        f(x, out=np.empty(5, np.float32))
+    with pytest.raises(ValueError, match="out"):
+        f(x, out=np.empty(6, np.float64))
+    g = hg.jit(lambda x: x.sum(0, keepdims=True) + x)
+    y = np.ones((3, 2), np.float32)
+    with pytest.raises(hg.errors.AliasError):
+        g(y, out=y)

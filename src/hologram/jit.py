@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DTypeError
+from .errors import DTypeError, ShapeError
 from .executor import Executor
 from .interop import default_executor
 from .isa.builder import program as build_program
@@ -72,10 +72,28 @@ class JitFunction:
                     self._programs[key] = p
         return p, arrays
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, out: Any = None) -> Any:
+        """Run on NumPy (or DLPack) arrays; ``out`` (an array, or a tuple for several
+        outputs) receives the results in place instead of new arrays."""
         p, arrays = self.program_for(*args)
-        outs = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
-        self.executor.launch(p, arrays, outs, fresh_outputs=True)
+        specs = p.output_specs
+        if out is None:
+            outs = [np.empty(s, d.np_dtype) for d, s in specs]
+            self.executor.launch(p, arrays, outs, fresh_outputs=True)
+        else:
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if len(outs) != len(specs):
+                raise ShapeError(f"out: the function returns {len(specs)} arrays, "
+                                 f"got {len(outs)}")
+            for i, (o, (d, s)) in enumerate(zip(outs, specs, strict=True)):
+                if not isinstance(o, np.ndarray):
+                    raise TypeError(f"out[{i}]: expected a NumPy array, got {type(o).__name__}")
+                if o.shape != s or o.dtype != d.np_dtype:
+                    raise ShapeError(f"out[{i}]: expected {d}{list(s)}, got "
+                                     f"{o.dtype}{list(o.shape)}")
+                if not (o.flags.c_contiguous and o.flags.writeable):
+                    raise ShapeError(f"out[{i}]: must be C-contiguous and writable")
+            self.executor.launch(p, arrays, outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def explain(self, *args: Any) -> str:
