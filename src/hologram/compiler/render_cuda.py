@@ -71,8 +71,8 @@ class CUDARenderer(CRenderer):
     def ctype(self, d: DType) -> str:
         return "bool" if d.kind == "b" else d.ctype
 
-    def ptr(self, ref: BufRef) -> str:
-        return super().ptr(ref).replace("B[", "B.p[")
+    def slot_expr(self, ref: BufRef) -> str:
+        return super().slot_expr(ref).replace("B[", "B.p[")
 
     def kernel(self, k: KernelPlan) -> str:
         self._kernel = k.name
