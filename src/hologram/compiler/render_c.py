@@ -10,6 +10,7 @@ come from tables, so a dialect changes rows, not logic.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from ..isa.dtypes import DType
@@ -66,6 +67,7 @@ class Scope:
     parent: Scope | None
     lines: list[str] = field(default_factory=list)
     cache: dict[tuple, Expr] = field(default_factory=dict)
+    row_var: str | None = None  # a phase looping over the store loop's own row
 
     def defines(self) -> set[str]:
         out: set[str] = set()
@@ -81,6 +83,7 @@ class Scope:
 # OpenMP region costs ~0.6 us, and a busy box can stall it; see compiler/cc.py).
 PARALLEL_MIN_WORK = 1 << 17  # plain arithmetic: memory-bound
 PARALLEL_MIN_WORK_MATH = 1 << 15  # loops calling transcendental functions
+ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shares with a row
 MATH_OPS = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW})
 
 
@@ -89,6 +92,7 @@ class CRenderer:
 
     suffix = {"f32": "f", "f64": ""}
     parallel_min_work = PARALLEL_MIN_WORK
+    row_scratch = True  # GPU dialects spread a row over threads: no per-thread row copy
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
         self.sched = sched
@@ -190,6 +194,41 @@ class CRenderer:
         hit = self.lookup(key, cur)
         if hit is not None:
             return hit
+        if self.row_cands and cur.kind == "inner":
+            saved = self.row_cands.get((id(v), self._canon(key[1], "j")))
+            if saved is not None:  # a phase already computed this row: read it back
+                saved["used"] = True
+                return self.bind(f"{saved['name']}[j]", v.dtype, frozenset({"j"}), cur, key)
+        e = self._emit(v, idx, cur, flat, key)
+        if v.op in MATH_OPS and self.row is not None and v.dtype.kind == "f":
+            self._offer_row_value(v, e, key, cur)
+        return e
+
+    @staticmethod
+    def _canon(codes: tuple[str, ...], var: str) -> tuple[str, ...]:
+        return tuple(re.sub(rf"\b{var}\b", "@", c) for c in codes)
+
+    def _offer_row_value(self, v: Value, e: Expr, key: tuple, cur: Scope) -> None:
+        """An expensive value computed inside a row phase may be needed again by the
+        store loop at the same row positions: keep it in a stack scratch row (written
+        only if the store loop asks for it)."""
+        s: Scope | None = cur
+        while s is not None and s.row_var is None:
+            s = s.parent
+        if s is None or s.row_var not in e.vars:
+            return
+        ck = (id(v), self._canon(key[1], s.row_var))
+        if ck in self.row_cands:
+            return
+        token = f"/*@@row{len(self.row_cands)}@@*/"
+        name = self.fresh("row")
+        self.row_cands[ck] = {"name": name, "token": token, "used": False,
+                              "store": f"{name}[{s.row_var}] = {e.code};",
+                              "decl": f"{self.ctype(v.dtype)} {name}[{self.row['count']}];"}
+        self.scope_for(e.vars, cur).lines.append(token)
+
+    def _emit(self, v: Value, idx: tuple[Expr, ...], cur: Scope, flat: bool,
+              key: tuple) -> Expr:
         ref = self.sched.buffers.get(id(v))
         if ref is not None and id(v) not in self.computing:
             off = idx[0] if flat else self.offset(v.shape, idx)
@@ -260,6 +299,9 @@ class CRenderer:
         for a, s, st in zip(axes, sizes, self.strides(tuple(sizes)), strict=True):
             sub[a] = Expr(r if len(axes) == 1 else f"({rem} / {st} % {s})", frozenset({r}))
         body = Scope("phase", r, home)
+        if (self.row is not None and home.kind == "outer" and tuple(axes) == self.row["axes"]
+                and count == self.row["count"]):
+            body.row_var = r
         x = self.emit(src, tuple(sub), body, False)
         init, step, red = self.REDUCE_RULES[v.op]
         is_float = d.kind == "f"
@@ -309,6 +351,8 @@ class CRenderer:
     def kernel(self, k: KernelPlan) -> str:
         self.pointers: dict[tuple, str] = {}
         self.pointer_decls: list[str] = []
+        self.row: dict | None = None
+        self.row_cands: dict[tuple, dict] = {}
         v, _ = k.sinks[0]
         heavy = any(x.op in MATH_OPS for x in v.walk())
         self.parallel_min_work = PARALLEL_MIN_WORK_MATH if heavy else PARALLEL_MIN_WORK
@@ -329,7 +373,10 @@ class CRenderer:
         lines = [self.signature(k.name) + " {"]
         lines += ["  " + ln for ln in self.pointer_decls + top.lines + body]
         lines.append("}")
-        return "\n".join(lines)
+        text = "\n".join(lines)
+        for cand in self.row_cands.values():
+            text = text.replace(cand["token"], cand["store"] if cand["used"] else "")
+        return text
 
     def signature(self, name: str) -> str:
         return f"void {name}(void **B)"
@@ -436,7 +483,14 @@ class CRenderer:
         oidx = self.unravel("o", c.shape, outer_dims)
         iidx = self.unravel("j", c.shape, inner_dims)
         idx = tuple(o if o is not ZERO else i for o, i in zip(oidx, iidx, strict=True))
+        if self.row_scratch and n_inner * c.dtype.itemsize <= ROW_SCRATCH_BYTES:
+            self.row = {"axes": tuple(inner_dims), "count": n_inner}
         x = self.emit(c, idx, inner, False)
+        if self.row_cands:  # again, now that the phases have offered their row values
+            inner = Scope("inner", "j", outer)
+            x = self.emit(c, idx, inner, False)
+            outer.lines[:0] = [cand["decl"] for cand in self.row_cands.values()
+                               if cand["used"]]
         off = self.offset(c.shape, idx)
         body = [self.loop("j", n_inner, False, True, "inner")]
         body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]

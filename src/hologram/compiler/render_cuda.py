@@ -60,6 +60,7 @@ class CUDARenderer(CRenderer):
     """CUDA C for NVRTC. ``launch`` records how each kernel maps onto the grid."""
 
     max_slots = 64
+    row_scratch = False
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
         super().__init__(sched, slots)
