@@ -140,3 +140,14 @@ def test_jit_writes_into_out(ex):
     y = np.ones((3, 2), np.float32)
     with pytest.raises(hg.errors.AliasError):
         g(y, out=y)
+
+
+def test_softmax_computes_exp_once_per_element(ex):
+    """The sum phase keeps exp(x - max) in a stack row; the store loop reads it back."""
+    p = b.program(lambda x: C.softmax(x, -1), [("f32", (8, 256))])
+    src = ex.compile(p).source.split("void k0")[1]
+    assert src.count("expf(") == 1
+    assert "float row" in src
+    # log_softmax needs no exp in its store loop: no scratch row is written
+    p2 = b.program(lambda x: C.log_softmax(x, -1), [("f32", (8, 256))])
+    assert "row" not in ex.compile(p2).source.split("void k0")[1]
