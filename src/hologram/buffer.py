@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import BufferStateError, DTypeError, ShapeError
+from .errors import ArgumentTypeError, BufferStateError, DLPackError, DTypeError, ShapeError
 from .isa.dtypes import DType
 
 if TYPE_CHECKING:
@@ -23,16 +23,16 @@ if TYPE_CHECKING:
 
 def normalize_shape(size_or_shape: Any, what: str = "size_or_shape") -> tuple[int, ...]:
     if isinstance(size_or_shape, (bool, np.bool_)):
-        raise TypeError(f"{what}: expected an int or a tuple of ints, got bool")
+        raise ArgumentTypeError(f"{what}: expected an int or a tuple of ints, got bool")
     if isinstance(size_or_shape, (int, np.integer)):
         shape = (int(size_or_shape),)
     elif isinstance(size_or_shape, (tuple, list)):
         if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool)
                    for s in size_or_shape):
-            raise TypeError(f"{what}: expected a tuple of ints, got {size_or_shape!r}")
+            raise ArgumentTypeError(f"{what}: expected a tuple of ints, got {size_or_shape!r}")
         shape = tuple(int(s) for s in size_or_shape)
     else:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{what}: expected an int or a tuple of ints, got {type(size_or_shape).__name__}"
         )
     if any(s < 0 for s in shape):
@@ -134,7 +134,12 @@ class Buffer:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         a = self.to_numpy()
-        if dtype is not None and np.dtype(dtype) != a.dtype:
+        if dtype is not None:
+            try:
+                dtype = np.dtype(dtype)
+            except TypeError as e:
+                raise ArgumentTypeError(f"dtype: {e}") from None
+        if dtype is not None and dtype != a.dtype:
             return a.astype(dtype)
         return a.copy() if copy else a
 
@@ -142,7 +147,10 @@ class Buffer:
         """Copy ``array`` in (same number of elements; same-kind casts like f64->f32)."""
         self._check()
         self._require_writable("from_numpy")
-        a = np.asarray(array)
+        try:
+            a = np.asarray(array)
+        except ValueError as e:  # ragged nested lists
+            raise ShapeError(f"array: cannot be read as an array: {e}") from None
         if a.size != self.size:
             raise ShapeError(
                 f"array: has {a.size} elements, the buffer holds {self.size} {self.shape}"
@@ -166,7 +174,7 @@ class Buffer:
         try:
             mv = memoryview(data).cast("B")
         except TypeError:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"data: expected bytes-like, got {type(data).__name__}"
             ) from None
         if mv.nbytes != self.nbytes:
@@ -178,7 +186,7 @@ class Buffer:
         self._check()
         self._require_writable("fill")
         if not isinstance(value, (int, float, np.number, bool)):
-            raise TypeError(f"value: expected a number, got {type(value).__name__}")
+            raise ArgumentTypeError(f"value: expected a number, got {type(value).__name__}")
         self._array.fill(value)
         return self
 
@@ -186,7 +194,7 @@ class Buffer:
         self._check()
         self._require_writable("copy_from")
         if not isinstance(other, Buffer):
-            raise TypeError(f"other: expected a Buffer, got {type(other).__name__}")
+            raise ArgumentTypeError(f"other: expected a Buffer, got {type(other).__name__}")
         other._check(self._executor, "other")
         if other.size != self.size or other.isa_dtype is not self.isa_dtype:
             raise ShapeError(
@@ -240,9 +248,12 @@ class Buffer:
             kwargs["dl_device"] = dl_device
         if copy is not None:
             kwargs["copy"] = copy
-        if stream is not None and stream != -1:
-            raise BufferError(f"stream: a CPU buffer takes stream=None, got {stream!r}")
-        return self._array.__dlpack__(**kwargs)
+        if stream is not None and not (isinstance(stream, (int, np.integer)) and stream == -1):
+            raise DLPackError(f"stream: a CPU buffer takes stream=None, got {stream!r}")
+        try:
+            return self._array.__dlpack__(**kwargs)
+        except (BufferError, TypeError, ValueError, OverflowError) as e:  # NumPy refuses
+            raise DLPackError(f"__dlpack__: {e}") from None
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._array.__dlpack_device__()

@@ -41,6 +41,19 @@ class BufferStateError(HologramError, ValueError):
     """A buffer was used after free, or with an executor that does not own it."""
 
 
+class ArgumentTypeError(HologramError, TypeError):
+    """An argument has the wrong Python type (a list where a Buffer goes, a str size)."""
+
+
+class ArgumentValueError(HologramError, ValueError):
+    """An argument has a value the call does not accept (an unknown mode name, a
+    negative limit, min greater than max)."""
+
+
+class DLPackError(HologramError, BufferError):
+    """A buffer cannot be exported through DLPack as asked (the protocol's BufferError)."""
+
+
 class OutOfMemoryError(HologramError, MemoryError):
     """A memory pool reached its configured limit."""
 
@@ -54,8 +67,11 @@ class HandleError(HologramError, KeyError):
 
 __all__ = [
     "AliasError",
+    "ArgumentTypeError",
+    "ArgumentValueError",
     "BackendUnavailableError",
     "BufferStateError",
+    "DLPackError",
     "DTypeError",
     "HandleError",
     "HologramError",

@@ -6,6 +6,7 @@ builds programs and calls it), so swapping the backend never changes callers.
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Sequence
@@ -17,11 +18,20 @@ from numpy.lib.array_utils import byte_bounds
 from .backends import registry
 from .backends.base import Backend
 from .buffer import Buffer, normalize_shape
-from .errors import AliasError, BufferStateError, DTypeError, ShapeError
+from .errors import (
+    AliasError,
+    ArgumentTypeError,
+    BufferStateError,
+    DTypeError,
+    OutOfMemoryError,
+    ShapeError,
+)
 from .isa.dtypes import SUPPORTED, DType, to_dtype
 from .isa.opcodes import ELEMENTWISE, group
 from .isa.program import Program
 from .memory import MemoryManager
+
+_MAX_NBYTES = int(np.iinfo(np.intp).max) - 4096  # NumPy's limit on one array, less slack
 
 
 def elementwise_only(program: Program) -> bool:
@@ -89,7 +99,10 @@ class Executor:
         self._check_open()
         shape = normalize_shape(size_or_shape)
         d = self._dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * d.itemsize
+        nbytes = math.prod(shape) * d.itemsize  # exact: np.prod would wrap around
+        if nbytes > _MAX_NBYTES:
+            raise OutOfMemoryError(f"allocate: {list(shape)} {d} is {nbytes} bytes, more "
+                                   "than one array can address")
         with self._lock:
             block = self._memory.allocate(nbytes)
             return self._adopt(block, shape, d)
@@ -105,7 +118,7 @@ class Executor:
         for name, v, hi in (("class_index", class_index, 95), ("width", width, 48),
                             ("height", height, 256)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+                raise ArgumentTypeError(f"{name}: expected an int, got {type(v).__name__}")
             lo = 0 if name == "class_index" else 1
             if not lo <= v <= hi:
                 raise ShapeError(f"{name}: must be in [{lo}, {hi}], got {v}")
@@ -129,9 +142,12 @@ class Executor:
         if self.backend.device_type != "cpu":
             raise BufferStateError(f"wrap: backend {self.backend_name!r} does not use host memory")
         if not isinstance(array, np.ndarray):
-            raise TypeError(f"array: expected a NumPy array, got {type(array).__name__}")
+            raise ArgumentTypeError(f"array: expected a NumPy array, got {type(array).__name__}")
         if not array.flags.c_contiguous:
             raise ShapeError("array: must be C-contiguous to be shared without a copy")
+        if not array.flags.aligned:
+            raise ShapeError(f"array: its data is not aligned to its {array.dtype} elements; "
+                             "kernels need aligned memory (pass a copy)")
         d = self._dtype(array.dtype)
         buf = Buffer(self, array, tuple(array.shape), d, None, external=owner)
         self._buffers[id(buf)] = buf
@@ -185,6 +201,8 @@ class Executor:
         of the program's inputs and outputs (shapes may differ: data is row-major).
         """
         self._check_open()
+        inputs, outputs = _as_list(inputs, "inputs"), _as_list(outputs, "outputs")
+        _check_program(program)
         in_arrays = [self._operand(b, spec, f"inputs[{i}]")
                      for i, (b, spec) in enumerate(zip(inputs, program.inputs, strict=False))]
         if len(inputs) != len(program.inputs):
@@ -198,11 +216,14 @@ class Executor:
 
     def launch(self, program: Program, in_arrays: Sequence[np.ndarray],
                out_arrays: Sequence[np.ndarray], fresh_outputs: bool = False) -> None:
-        """Run on arrays already checked against the program (the op library's path).
+        """Run on NumPy arrays (the op library's path). They are checked against the
+        program (count, dtype, element count, C-contiguous and aligned, outputs writable)
+        before any kernel runs, since kernels index raw pointers.
 
         ``fresh_outputs``: the caller just allocated the outputs, so nothing can alias
         them and the overlap check (microseconds per operand pair) is skipped.
         """
+        check_arrays(program, in_arrays, out_arrays)
         if not fresh_outputs:
             check_aliasing(program, in_arrays, out_arrays)
         compiled = self.compile(program)
@@ -215,6 +236,7 @@ class Executor:
         Checks (aliasing, compilation) happen once here, so a repeated call with the
         same buffers costs only the launch itself.
         """
+        check_arrays(program, in_arrays, out_arrays)
         check_aliasing(program, in_arrays, out_arrays)
         compiled = self.compile(program)
         return self.backend.bind(compiled, in_arrays, out_arrays, self._memory.arena)
@@ -222,12 +244,12 @@ class Executor:
     def _operand(self, buf: Any, spec: tuple[DType, tuple[int, ...]], what: str,
                  write: bool = False) -> np.ndarray:
         if not isinstance(buf, Buffer):
-            raise TypeError(f"{what}: expected a hologram Buffer, got {type(buf).__name__}")
+            raise ArgumentTypeError(f"{what}: expected a hologram Buffer, got {type(buf).__name__}")
         buf._check(self, what)
         d, shape = spec
         if buf.isa_dtype is not d:
             raise DTypeError(f"{what}: expected dtype {d}, got {buf.isa_dtype}")
-        size = int(np.prod(shape, dtype=np.int64))
+        size = math.prod(shape)
         if buf.size != size:
             raise ShapeError(f"{what}: expected {size} elements {list(shape)}, got {buf.size}")
         if write and not buf.writable:
@@ -243,6 +265,44 @@ class Executor:
             names = ", ".join(sorted(x.name for x in SUPPORTED))
             raise DTypeError(f"dtype: {d} is not supported by executors yet (supported: {names})")
         return d
+
+
+def _check_program(program: Any) -> None:
+    if not isinstance(program, Program):
+        raise ArgumentTypeError(f"program: expected a hologram Program, got "
+                                f"{type(program).__name__}")
+
+
+def _as_list(items: Any, what: str) -> list[Any]:
+    if isinstance(items, (list, tuple)):
+        return list(items)
+    raise ArgumentTypeError(f"{what}: expected a list or tuple, got {type(items).__name__}")
+
+
+def check_arrays(program: Program, ins: Sequence[Any], outs: Sequence[Any]) -> None:
+    """Raise unless the arrays fit the program: count, dtype, element count, C-contiguous,
+    aligned, outputs writable. Kernels index raw pointers, so a launch on arrays that do
+    not fit would read or write out of bounds instead of raising."""
+    _check_program(program)
+    ins, outs = _as_list(ins, "inputs"), _as_list(outs, "outputs")
+    for what, arrays, specs in (("inputs", ins, program.inputs),
+                                ("outputs", outs, program.output_specs)):
+        if len(arrays) != len(specs):
+            raise ShapeError(f"{what}: program has {len(specs)}, got {len(arrays)}")
+        for i, (a, (d, shape)) in enumerate(zip(arrays, specs, strict=True)):
+            if not isinstance(a, np.ndarray):
+                raise ArgumentTypeError(
+                    f"{what}[{i}]: expected a NumPy array, got {type(a).__name__}")
+            if a.dtype != d.np_dtype:
+                raise DTypeError(f"{what}[{i}]: expected dtype {d}, got {a.dtype}")
+            if a.size != math.prod(shape):
+                raise ShapeError(f"{what}[{i}]: expected {math.prod(shape)} elements "
+                                 f"{list(shape)}, got {a.size}")
+            flags = a.flags
+            if not (flags.c_contiguous and flags.aligned):
+                raise ShapeError(f"{what}[{i}]: must be C-contiguous and aligned")
+            if what == "outputs" and not flags.writeable:
+                raise BufferStateError(f"{what}[{i}]: the array is read-only")
 
 
 def _extent(a: np.ndarray) -> tuple[int, int]:

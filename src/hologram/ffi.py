@@ -32,7 +32,7 @@ import numpy as np
 
 from . import ops
 from .buffer import Buffer
-from .errors import HandleError, ParseError, ShapeError
+from .errors import ArgumentTypeError, HandleError, ParseError, ShapeError
 from .executor import Executor
 
 # --- registries ---------------------------------------------------------------------
@@ -105,7 +105,7 @@ def _resolve(exec_h: Any, *buffers: tuple[Any, str]) -> tuple[Executor, list[Buf
 def _count(v: Any, what: str) -> int:
     """Sizes arrive as Python or NumPy ints; the op library takes Python ints."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{what}: expected an int, got {type(v).__name__}")
+        raise ArgumentTypeError(f"{what}: expected an int, got {type(v).__name__}")
     if v < 0:
         raise ShapeError(f"{what}: must be >= 0, got {v}")
     return int(v)
@@ -224,7 +224,7 @@ def _json_values(json_str: Any) -> np.ndarray:
     for them would hide the bug in the results.
     """
     if not isinstance(json_str, (str, bytes, bytearray)):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"json_str: expected JSON text (str), got {type(json_str).__name__}; pass "
             "json.dumps(values), or use buffer_copy_from_bytes for raw float32 data"
         )
@@ -310,7 +310,7 @@ def buffer_copy_from_bytes(exec_handle: int, buffer_handle: int, data: Any) -> N
     try:
         mv = memoryview(data).cast("B")
     except TypeError:
-        raise TypeError(f"data: expected bytes-like, got {type(data).__name__}") from None
+        raise ArgumentTypeError(f"data: expected bytes-like, got {type(data).__name__}") from None
     itemsize = buf.isa_dtype.itemsize
     if mv.nbytes % itemsize:
         raise ShapeError(f"data: {mv.nbytes} bytes is not a whole number of float32 elements")
@@ -333,7 +333,7 @@ def buffer_fill(exec_handle: int, buffer_handle: int, value: float, n: int | Non
     """Set the first ``n`` elements (default: all) to ``value``."""
     _, (buf,) = _resolve(exec_handle, (buffer_handle, "buffer_handle"))
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"value: expected a number, got {type(value).__name__}")
+        raise ArgumentTypeError(f"value: expected a number, got {type(value).__name__}")
     count = buf.size if n is None else _count(n, "n")
     if count > buf.size:
         raise ShapeError(f"n: {count} exceeds the buffer's {buf.size} elements")

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .buffer import Buffer
-from .errors import ShapeError
+from .errors import ArgumentTypeError, ShapeError
 from .executor import Executor
 
 _DEFAULT: dict[str, Executor] = {}
@@ -43,15 +43,18 @@ def from_dlpack(x: Any, executor: Executor | None = None, copy: bool | None = No
         arr = x
     else:
         if not hasattr(x, "__dlpack__"):
-            raise TypeError(f"x: expected an object with __dlpack__, got {type(x).__name__}")
+            raise ArgumentTypeError(
+                f"x: expected an object with __dlpack__, got {type(x).__name__}"
+            )
         try:
             arr = np.from_dlpack(x)
         except (BufferError, RuntimeError, TypeError) as e:
-            raise TypeError(f"x: cannot be shared through DLPack: {e}") from e
+            raise ArgumentTypeError(f"x: cannot be shared through DLPack: {e}") from e
     if copy:
         arr = np.ascontiguousarray(arr).copy()
-    elif not arr.flags.c_contiguous:
+    elif not (arr.flags.c_contiguous and arr.flags.aligned):
         if copy is False:
-            raise ShapeError("x: is not contiguous; sharing it needs a copy (copy=False given)")
-        arr = np.ascontiguousarray(arr)
+            raise ShapeError("x: is not contiguous and aligned; sharing it needs a copy "
+                             "(copy=False given)")
+        arr = np.array(arr, order="C")  # a fresh array: contiguous and aligned
     return ex.wrap(arr, owner=x)

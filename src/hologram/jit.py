@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DTypeError, ShapeError
+from .errors import ArgumentTypeError, DTypeError, ShapeError
 from .executor import Executor
 from .interop import default_executor
 from .isa.builder import program as build_program
@@ -30,11 +30,16 @@ def _as_array(x: Any, i: int) -> np.ndarray:
     elif hasattr(x, "__dlpack__"):
         a = np.from_dlpack(x)
     elif isinstance(x, (int, float)):
-        raise TypeError(f"argument {i}: Python scalars are constants; close over them instead")
+        raise ArgumentTypeError(
+            f"argument {i}: Python scalars are constants; close over them instead"
+        )
     else:
-        a = np.asarray(x)
-    if not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a)
+        try:
+            a = np.asarray(x)
+        except ValueError as e:  # ragged nested lists
+            raise ShapeError(f"argument {i}: cannot be read as an array: {e}") from None
+    if not (a.flags.c_contiguous and a.flags.aligned):
+        a = np.array(a, order="C")  # a fresh array: contiguous and aligned
     return a
 
 
@@ -87,7 +92,9 @@ class JitFunction:
                                  f"got {len(outs)}")
             for i, (o, (d, s)) in enumerate(zip(outs, specs, strict=True)):
                 if not isinstance(o, np.ndarray):
-                    raise TypeError(f"out[{i}]: expected a NumPy array, got {type(o).__name__}")
+                    raise ArgumentTypeError(
+                        f"out[{i}]: expected a NumPy array, got {type(o).__name__}"
+                    )
                 if o.shape != s or o.dtype != d.np_dtype:
                     raise ShapeError(f"out[{i}]: expected {d}{list(s)}, got "
                                      f"{o.dtype}{list(o.shape)}")

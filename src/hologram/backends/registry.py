@@ -1,8 +1,9 @@
 """Which backends exist, which can run here, and why the others cannot.
 
 Each backend has a probe (returns None when it can run, else the reason) and a
-factory; 'auto' takes the first available in PREFERENCE order. Probes import
-nothing heavy, so ``import hologram`` stays fast and NumPy-only.
+factory; 'auto' takes the first available in PREFERENCE order. Nothing is probed
+on import, so ``import hologram`` stays fast and NumPy-only; the WebGPU probe
+requests an adapter (about a second) once per process, when first asked.
 """
 
 from __future__ import annotations
@@ -34,17 +35,25 @@ def _probe_cuda() -> str | None:
 
 
 def _probe_webgpu() -> str | None:
+    # Cheap checks first; the adapter request (about a second on lavapipe) runs once
+    # per process and only when a WebGPU backend is asked about, never on import.
     if not _has_module("wgpu"):
         return "wgpu is not installed (pip install 'hologram[webgpu]')"
     if not _has_module("hologram.backends.webgpu"):
         return "the WebGPU backend is not part of this build yet"
-    return None
+    from . import webgpu
+
+    return webgpu.adapter_problem()
 
 
 def _probe_metal() -> str | None:
     if sys.platform != "darwin":
         return f"Metal needs macOS (this is {sys.platform})"
-    return _probe_webgpu()
+    if not _has_module("wgpu"):
+        return "wgpu is not installed (pip install 'hologram[webgpu]')"
+    from . import webgpu
+
+    return webgpu.metal_problem()
 
 
 def _probe_always() -> str | None:
@@ -74,7 +83,9 @@ REGISTRY: dict[str, BackendInfo] = {
                     "NumPy interpreter of the ISA: slow, always correct, the test oracle"),
     )
 }
-PREFERENCE: tuple[str, ...] = ("cuda", "metal", "webgpu", "cpu")
+# 'auto' order. WebGPU/Metal are chosen only by name: their buffers are host memory
+# copied in and out on every launch, which is slower than the cpu backend.
+PREFERENCE: tuple[str, ...] = ("cuda", "cpu")
 
 
 def why_unavailable(name: str) -> str | None:

@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Sequence
 from functools import cached_property
 
+from ..errors import ArgumentTypeError
 from .dtypes import DType, to_dtype
 from .opcodes import Op, group
 from .value import Shape, Value
@@ -28,7 +29,7 @@ class Program:
     ) -> None:
         for o in outputs:
             if not isinstance(o, Value) or o.op is not Op.STG:
-                raise TypeError(f"outputs: expected stg instructions, got {o!r}")
+                raise ArgumentTypeError(f"outputs: expected stg instructions, got {o!r}")
         self.outputs: tuple[Value, ...] = tuple(outputs)
         self.inputs: tuple[tuple[DType, Shape], ...] = tuple(
             (to_dtype(d), tuple(int(x) for x in s)) for d, s in inputs
@@ -55,7 +56,7 @@ class Program:
     @cached_property
     def hash(self) -> str:
         """A stable content hash (of the text form, which names nothing by address)."""
-        body = self.text.split("\n", 1)[1] if self.text.startswith(".name") else self.text
+        body = self.text.partition("\n")[2] if self.text.startswith(".name") else self.text
         return hashlib.sha256(body.encode()).hexdigest()
 
     @property

@@ -147,7 +147,11 @@ def parse_program(text: str) -> Any:
             raise ParseError(f"{where}: cannot read {leftover!r}")
         if op is Op.CONST:
             d = _dtype(m["dtype"], where)
-            attrs = tuple((k, _const_value(v, d)) if k == "value" else (k, v) for k, v in attrs)
+            try:
+                attrs = tuple((k, _const_value(v, d)) if k == "value" else (k, v)
+                              for k, v in attrs)
+            except (OverflowError, ValueError):  # inf or nan for an integer dtype
+                raise ParseError(f"{where}: value is not representable as {d}") from None
         v = Value(op, _dtype(m["dtype"], where), _shape(m["shape"], where), tuple(srcs), attrs)
         if op is Op.STG:
             if m["dst"] is not None:

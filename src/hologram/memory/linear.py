@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BufferStateError, OutOfMemoryError
+from ..errors import ArgumentTypeError, ArgumentValueError, BufferStateError, OutOfMemoryError
 from .boundary import ALIGNMENT, aligned_empty
 
 SMALL_GRANULARITY: int = 512
@@ -48,13 +48,15 @@ def _check_limit(limit: Any) -> int | None:
     if limit is None:
         return None
     if isinstance(limit, bool):
-        raise TypeError("limit: expected an int or None, got bool")
+        raise ArgumentTypeError("limit: expected an int or None, got bool")
     try:
         limit = operator.index(limit)
     except TypeError:
-        raise TypeError(f"limit: expected an int or None, got {type(limit).__name__}") from None
+        raise ArgumentTypeError(
+            f"limit: expected an int or None, got {type(limit).__name__}"
+        ) from None
     if limit < 0:
-        raise ValueError(f"limit: must be >= 0 or None, got {limit}")
+        raise ArgumentValueError(f"limit: must be >= 0 or None, got {limit}")
     return limit
 
 

@@ -7,6 +7,7 @@ is a dict lookup, argument checks, and a launch on views of the caller's buffers
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..buffer import Buffer
-from ..errors import DTypeError, ShapeError
+from ..errors import ArgumentTypeError, DTypeError, ShapeError
 from ..executor import Executor
 from ..isa.builder import program as build_program
 from ..isa.dtypes import DType
@@ -42,7 +43,9 @@ def cached_program(key: tuple, fn: Callable, specs: Sequence[tuple[DType, tuple[
 
 def check_executor(executor: Any) -> Executor:
     if not isinstance(executor, Executor):
-        raise TypeError(f"exec: expected a hologram Executor, got {type(executor).__name__}")
+        raise ArgumentTypeError(
+            f"exec: expected a hologram Executor, got {type(executor).__name__}"
+        )
     executor._check_open()
     return executor
 
@@ -52,7 +55,7 @@ def resolve_n(n: Any, first: Buffer, name: str = "n") -> int | None:
     if n is None:
         return None
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(n).__name__}")
+        raise ArgumentTypeError(f"{name}: expected an int, got {type(n).__name__}")
     if n < 0:
         raise ShapeError(f"{name}: must be >= 0, got {n}")
     return int(n)
@@ -67,7 +70,7 @@ def operand(executor: Executor, buf: Any, name: str, count: int | None = None,
     elements in that shape (the buffer may hold more; the leading ones are used).
     """
     if not isinstance(buf, Buffer):
-        raise TypeError(f"{name}: expected a hologram Buffer, got {type(buf).__name__}")
+        raise ArgumentTypeError(f"{name}: expected a hologram Buffer, got {type(buf).__name__}")
     buf._check(executor, name)
     if dtype is not None and buf.isa_dtype is not dtype:
         raise DTypeError(f"{name}: expected dtype {dtype}, got {buf.isa_dtype}")
@@ -77,7 +80,7 @@ def operand(executor: Executor, buf: Any, name: str, count: int | None = None,
         raise BufferStateError(f"{name}: the buffer is read-only")
     a = buf.view()
     if shape is not None:
-        need = int(np.prod(shape, dtype=np.int64))
+        need = math.prod(shape)  # exact: np.prod would overflow on a huge n
         if buf.size < need:
             raise ShapeError(f"{name}: has {buf.size} elements, needs {need} {list(shape)}")
         return a.reshape(-1)[:need].reshape(shape) if a.shape != shape else a
@@ -92,7 +95,7 @@ def float_dtype(buf: Any, name: str) -> DType:
     if isinstance(buf, Buffer) and not buf.isa_dtype.is_float:
         raise DTypeError(f"{name}: expected a floating-point buffer, got {buf.isa_dtype}")
     if not isinstance(buf, Buffer):
-        raise TypeError(f"{name}: expected a hologram Buffer, got {type(buf).__name__}")
+        raise ArgumentTypeError(f"{name}: expected a hologram Buffer, got {type(buf).__name__}")
     return buf.isa_dtype
 
 
@@ -114,7 +117,7 @@ def fast_call(executor: Any, key: tuple, bufs: tuple) -> bool:
     refs, call = entry
     for r, buf in zip(refs, bufs, strict=True):
         if r() is not buf or buf._freed:
-            del bound[key]
+            bound.pop(key, None)  # another thread may have dropped it already
             return False
     call()
     return True
@@ -130,6 +133,9 @@ def launch(executor: Executor, program: Program, ins: Sequence[np.ndarray],
     call = executor.bind(program, ins, outs)
     bound = executor._bound
     if len(bound) >= BOUND_LIMIT:
-        bound.pop(next(iter(bound)))
+        try:  # drop the oldest; another thread may be changing the dict meanwhile
+            bound.pop(next(iter(bound)), None)
+        except (RuntimeError, StopIteration):
+            pass
     bound[key] = (tuple(weakref.ref(b) for b in bufs), call)
     call()

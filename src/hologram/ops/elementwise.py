@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..buffer import Buffer
-from ..errors import ShapeError
+from ..errors import ArgumentTypeError, ArgumentValueError, ShapeError
 from ..isa.builder import Var
 from . import composites as C
 from ._run import (
@@ -106,15 +106,18 @@ tanh = _unary("tanh", lambda a: a.tanh())
 
 def _number(v: Any, name: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
-        raise TypeError(f"{name}: expected a number, got {type(v).__name__}")
-    return float(v)
+        raise ArgumentTypeError(f"{name}: expected a number, got {type(v).__name__}")
+    try:
+        return float(v)
+    except (TypeError, ValueError):  # e.g. an array of several elements
+        raise ArgumentTypeError(f"{name}: expected a number, got {type(v).__name__}") from None
 
 
 def gelu(exec: Any, a: Buffer, c: Buffer, n: int | None = None,
          approximate: str = "tanh") -> Buffer:
     """GELU; ``approximate='tanh'`` (default, the seeds' form) or ``'none'`` (exact, erf)."""
     if not isinstance(approximate, str) or approximate not in C.GELU_FORMS:
-        raise ValueError(f"approximate: expected 'tanh' or 'none', got {approximate!r}")
+        raise ArgumentValueError(f"approximate: expected 'tanh' or 'none', got {approximate!r}")
     form = "none" if approximate == "erf" else approximate
     return _run("gelu", C.GELU_FORMS[form], exec, (a,), c, n, (form,))
 
@@ -124,7 +127,7 @@ def vector_clip(exec: Any, a: Buffer, c: Buffer, min_val: float, max_val: float,
     """c = min(max(a, min_val), max_val); NaN stays NaN (as np.clip)."""
     lo, hi = _number(min_val, "min_val"), _number(max_val, "max_val")
     if lo > hi:
-        raise ValueError(f"min_val: {lo} is greater than max_val {hi}")
+        raise ArgumentValueError(f"min_val: {lo} is greater than max_val {hi}")
     return _run("vector_clip", lambda x: C.clip(x, lo, hi), exec, (a,), c, n,
                 (lo.hex(), hi.hex()))
 

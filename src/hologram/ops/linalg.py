@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 
 from ..buffer import Buffer
-from ..errors import ShapeError
+from ..errors import ArgumentTypeError, ShapeError
 from ._run import cached_program, check_executor, float_dtype, launch, operand
 
 
 def _dim(v: Any, name: str) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name}: expected an int, got {type(v).__name__}")
+        raise ArgumentTypeError(f"{name}: expected an int, got {type(v).__name__}")
     v = int(v)
     if v < 0:
         raise ShapeError(f"{name}: must be >= 0, got {v}")
@@ -31,7 +31,7 @@ def gemm(exec: Any, a: Buffer, b: Buffer, c: Buffer, m: int | None = None,
     ex = check_executor(exec)
     d = float_dtype(a, "a")
     if not isinstance(b, Buffer):
-        raise TypeError(f"b: expected a hologram Buffer, got {type(b).__name__}")
+        raise ArgumentTypeError(f"b: expected a hologram Buffer, got {type(b).__name__}")
     if m is None or k is None or n is None:
         if not (a.ndim == 2 and b.ndim == 2):
             raise ShapeError("m, k, n: required unless a and b are 2-D buffers")

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..buffer import Buffer
-from ..errors import ShapeError
+from ..errors import ArgumentValueError, ShapeError
 from . import composites as C
 from ._run import cached_program, check_executor, float_dtype, launch, operand, resolve_n
 
@@ -20,7 +20,7 @@ _REDUCTIONS = tuple(C.REDUCTIONS)
 
 def _check_reduction(reduction: Any) -> str:
     if not isinstance(reduction, str) or reduction not in C.REDUCTIONS:
-        raise ValueError(f"reduction: expected one of {_REDUCTIONS}, got {reduction!r}")
+        raise ArgumentValueError(f"reduction: expected one of {_REDUCTIONS}, got {reduction!r}")
     return reduction
 
 
@@ -76,10 +76,10 @@ def cross_entropy_loss(exec: Any, logits: Buffer, target: Buffer, out: Buffer,
     shape = logits.shape if count is None else (count,)
     if classes is not None:
         if isinstance(classes, bool) or not isinstance(classes, (int, np.integer)):
-            raise ValueError(f"classes: expected a positive int, got {classes!r}")
+            raise ArgumentValueError(f"classes: expected a positive int, got {classes!r}")
         classes = int(classes)
         if classes <= 0:
-            raise ValueError(f"classes: expected a positive int, got {classes!r}")
+            raise ArgumentValueError(f"classes: expected a positive int, got {classes!r}")
         total = int(_size(shape))
         if total % classes:
             raise ShapeError(f"classes: {total} elements do not split into rows of {classes}")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..buffer import Buffer
-from ..errors import ShapeError
+from ..errors import ArgumentTypeError, ShapeError
 from ..isa.verify import RuleError, normalize_axes
 from . import composites as C
 from ._run import cached_program, check_executor, float_dtype, launch, operand, resolve_n
@@ -25,7 +25,7 @@ def _in_shape(a: Buffer, n: Any) -> tuple[int, ...]:
 
 def _axis(axis: Any, ndim: int) -> int:
     if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"axis: expected an int, got {type(axis).__name__}")
+        raise ArgumentTypeError(f"axis: expected an int, got {type(axis).__name__}")
     axis = int(axis)
     try:
         return normalize_axes((axis,), ndim)[0]

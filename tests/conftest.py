@@ -1,0 +1,18 @@
+"""Hypothesis profiles: "ci" (bounded, the default, and what CI=1 selects) and "long"
+(HYPOTHESIS_PROFILE=long, for the figures in docs/reliability.md)."""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=100, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile(
+    "long", max_examples=20_000, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or "ci"
+)
