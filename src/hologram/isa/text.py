@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from typing import Any
 
 from ..errors import ParseError
@@ -84,8 +85,10 @@ def _dtype(name: str, where: str) -> dtypes.DType:
 def _attr_value(text: str, where: str) -> Any:
     if text.startswith("("):
         try:
-            v = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
+            with warnings.catch_warnings():  # e.g. "invalid decimal literal" for (1x)
+                warnings.simplefilter("ignore", SyntaxWarning)
+                v = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             raise ParseError(f"{where}: bad attribute value {text}") from None
         if not isinstance(v, tuple) or not all(isinstance(x, int) for x in v):
             raise ParseError(f"{where}: tuple attributes hold integers, got {text}")
