@@ -1,0 +1,157 @@
+"""Fused GELU (tanh form) over 10M float32: hologram jit vs NumPy, numexpr, torch
+eager, torch.compile (Inductor), and the memory floor (np.copyto of the same bytes).
+
+    .venv/bin/python benchmarks/bench_gelu.py [--json out.json] [--n 10000000]
+
+Targets: hologram >= 10x NumPy, faster than numexpr, torch eager and Inductor,
+and within 1.3x of the copy floor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+from common import Report, guarded, max_abs_err, measure, once, target  # noqa: E402
+
+C0 = math.sqrt(2.0 / math.pi)
+C1 = 0.044715
+
+
+def main() -> None:
+    p = common.parser(__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=10_000_000)
+    args = p.parse_args()
+    common.fresh_inductor_cache()
+
+    import numpy as np
+
+    rep = Report("gelu", f"GELU tanh form over {args.n:,} float32")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(args.n, dtype=np.float32) * 3
+    repeat = 5 if args.quick else 15
+    t = rep.table(f"GELU tanh, {args.n:,} f32 ({x.nbytes / 2**20:.0f} MiB in, same out)",
+                  baseline="numpy", unit="ms", vs={"x copy floor": "copy floor"},
+                  extra_cols=("max err",))
+
+    def np_gelu(x):
+        return 0.5 * x * (1.0 + np.tanh(C0 * (x + C1 * (x * x * x))))
+
+    ref = np_gelu(x.astype(np.float64)).astype(np.float32)
+
+    # --- memory floor: read n*4 bytes, write n*4 bytes
+    dst = np.empty_like(x)
+    guarded(t, "copy floor", lambda: measure(lambda: np.copyto(dst, x), repeat=repeat),
+            note="np.copyto(dst, src), preallocated dst")
+
+    guarded(t, "copy, allocating", lambda: measure(lambda: x.copy(), repeat=repeat),
+            note="x.copy(): the floor for any op that returns a new array (page faults)")
+
+    def err(y):
+        return f"{max_abs_err(y, ref):.1e}"
+
+    # --- NumPy with temporaries
+    y = np_gelu(x)
+    guarded(t, "numpy", lambda: measure(lambda: np_gelu(x), repeat=repeat, max_s=5),
+            note="temporaries", **{"max err": err(y)})
+
+    # --- numexpr
+    try:
+        import numexpr as ne
+
+        out = np.empty_like(x)
+        # constants as float32 variables: a Python float literal would make numexpr
+        # compute the whole expression in float64
+        expr = "h * x * (one + tanh(c0 * (x + c1 * (x * x * x))))"
+        env = {"x": x, "h": np.float32(0.5), "one": np.float32(1.0), "c0": np.float32(C0),
+               "c1": np.float32(C1)}
+
+        def ne_gelu():
+            return ne.evaluate(expr, local_dict=env, out=out)
+
+        ne_gelu()
+        guarded(t, "numexpr", lambda: measure(ne_gelu, repeat=repeat),
+                note=f"{ne.get_num_threads()} threads, out=", **{"max err": err(out)})
+    except ImportError:
+        t.add("numexpr", None, error="numexpr not installed (pip install 'hologram[bench]')")
+
+    # --- torch eager and torch.compile
+    try:
+        import torch
+        import torch.nn.functional as F
+
+        xt = torch.from_numpy(x)
+
+        def t_eager():
+            return F.gelu(xt, approximate="tanh")
+
+        guarded(t, "torch eager", lambda: measure(t_eager, repeat=repeat),
+                note=f"F.gelu(approximate='tanh'), {torch.get_num_threads()} threads",
+                **{"max err": err(t_eager().numpy())})
+
+        def t_compile():
+            fc = torch.compile(lambda v: F.gelu(v, approximate="tanh"))
+            first, yc = once(lambda: fc(xt))
+            rep.data["inductor_first_call_s"] = first
+            return measure(lambda: fc(xt), repeat=repeat, warmup=5), first, yc
+
+        try:
+            m, first, yc = t_compile()
+            t.add("torch.compile", m, note=f"Inductor; first call (compile) {first:.2f} s",
+                  **{"max err": err(yc.numpy())})
+        except Exception as e:  # noqa: BLE001
+            t.add("torch.compile", None, error=f"{type(e).__name__}: {e}")
+    except ImportError:
+        t.add("torch eager", None, error="torch not installed")
+
+    # --- hologram
+    hg = common.quiet_hologram()
+    from hologram.ops.composites import gelu_tanh
+
+    f = hg.jit(lambda v: gelu_tanh(v))
+    try:
+        first, yh = once(lambda: f(x))
+        rep.data["hologram_first_call_s"] = first
+        guarded(t, "hologram jit", lambda: measure(lambda: f(x), repeat=repeat, max_s=10),
+                note=f"first call (trace + compile or disk-cache load) {first * 1e3:.0f} ms; "
+                "allocates its output",
+                **{"max err": err(yh)})
+        # the same kernel writing into a preallocated output: separates the cost of
+        # np.empty (fresh pages from the OS each call) from the kernel itself
+        prog, arrays = f.program_for(x)
+        ex = f.executor
+        outh = np.empty_like(x)
+
+        def pre():
+            ex.launch(prog, arrays, [outh])
+
+        guarded(t, "hologram (prealloc out)", lambda: measure(pre, repeat=repeat, max_s=10),
+                note="executor.launch into a preallocated array (diagnostic)")
+        try:
+            st = ex.compile(prog).stats
+            rep.note(f"hologram GELU program: {st}")
+        except Exception:  # noqa: BLE001
+            pass
+    except Exception as e:  # noqa: BLE001
+        t.add("hologram jit", None, error=f"{type(e).__name__}: {e}")
+
+    # --- targets
+    h = "hologram jit"
+    rep.check(target("GELU vs NumPy", ">= 10x NumPy", t.ratio(h), lambda v: v >= 10,
+                     lambda v: f"{v:.1f}x"), t, h)
+    for peer in ("numexpr", "torch eager", "torch.compile"):
+        r = t.ratio_to(peer, h)
+        rep.check(target(f"GELU vs {peer}", f"ahead of {peer}", r, lambda v: v > 1,
+                         lambda v: f"{v:.2f}x faster" if v >= 1 else f"{1 / v:.2f}x slower"),
+                  t, h)
+    rep.check(target("GELU vs copy floor", "<= 1.3x copy", t.ratio_to(h, "copy floor"),
+                     lambda v: v <= 1.3, lambda v: f"{v:.2f}x copy"), t, h)
+    rep.finish(args)
+
+
+if __name__ == "__main__":
+    main()

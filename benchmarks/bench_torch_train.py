@@ -1,0 +1,120 @@
+"""Training through ``torch.compile(backend="hologram")`` beside eager PyTorch and
+Inductor: an MLP (64-256-256-10, batch 256, Adam, cross entropy) training step, and a
+transformer block (layer norm, multi-head attention with softmax, GELU MLP,
+residuals) forward + backward.
+
+    .venv/bin/python benchmarks/bench_torch_train.py [--json out.json] [--quick]
+
+Targets (issue 4): hologram ahead of eager PyTorch and at least equal to Inductor.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+from common import Report, guarded, measure, target  # noqa: E402
+
+
+def mlp():
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                               torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                               torch.nn.Linear(256, 10))
+
+
+def block(d: int = 128, heads: int = 4):
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+            q, k, v = (z.reshape(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            att = torch.softmax(q @ k.transpose(-1, -2) / (d // heads) ** 0.5, dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, d)
+            x = x + self.proj(y)
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+    return Block()
+
+
+def main() -> None:
+    p = common.parser(__doc__.splitlines()[0])
+    args = p.parse_args()
+    import torch
+
+    common.quiet_hologram()
+    import hologram_torch  # noqa: F401  (registers backend="hologram")
+
+    torch.manual_seed(0)
+    repeat = 5 if args.quick else 15
+    rep = Report("torch_train", "training through torch.compile backends on the CPU")
+    x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
+    xb = torch.randn(8, 64, 128)
+
+    def mlp_step(backend):
+        torch.manual_seed(0)
+        model = mlp()
+        if backend is not None:
+            model = torch.compile(model, backend=backend)
+        opt = torch.optim.Adam(model.parameters(), 1e-3)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            opt.step()
+        return step
+
+    def block_step(backend):
+        torch.manual_seed(0)
+        model = block()
+        if backend is not None:
+            model = torch.compile(model, backend=backend)
+
+        def step():
+            model.zero_grad(set_to_none=True)
+            model(xb).square().mean().backward()
+        return step
+
+    for title, make in (("MLP 64-256-256-10 training step (batch 256, Adam)", mlp_step),
+                        ("transformer block forward+backward (8x64x128, 4 heads)",
+                         block_step)):
+        t = rep.table(title, baseline="eager", unit="ms")
+        for name, backend in (("eager", None), ("inductor", "inductor"),
+                              ("hologram", "hologram")):
+            def run(backend=backend, make=make, title=title, name=name):
+                step = make(backend)
+                t0 = time.perf_counter()
+                step()  # the first step traces and compiles
+                first = time.perf_counter() - t0
+                rep.note(f"{title}: {name} first step (trace + compile) {first * 1e3:.0f} ms")
+                return measure(step, repeat=repeat, warmup=3, inner=1)
+            guarded(t, name, run)
+        h = "hologram"
+        rep.check(target(f"{title.split(' ')[0]} hologram vs eager", "ahead of eager",
+                         t.ratio(h), lambda v: v > 1,
+                         lambda v: f"{v:.2f}x faster" if v >= 1 else f"{1 / v:.2f}x slower"),
+                  t, h)
+        ratio = t.ratio_to("inductor", h)  # inductor's time / hologram's: >= 1 is equal or ahead
+        rep.check(target(f"{title.split(' ')[0]} hologram vs inductor", ">= inductor", ratio,
+                         lambda v: v >= 1,
+                         lambda v: f"{v:.2f}x faster" if v >= 1 else f"{1 / v:.2f}x slower"),
+                  t, h)
+    rep.finish(args)
+
+
+if __name__ == "__main__":
+    main()
