@@ -130,6 +130,18 @@ def test_memory_stats_and_limit():
 
 
 def test_boundary_buffer_and_phi_addressing(ex):
+    check_phi_addressing(ex)
+    with pytest.raises(ShapeError, match="class_index"):
+        ex.allocate_boundary(96)
+    with pytest.raises(ShapeError, match="width"):
+        ex.allocate_boundary(0, width=49)
+    with pytest.raises(BufferStateError):
+        ex.allocate_boundary(7, width=1, height=64)  # class 7 is taken
+
+
+def check_phi_addressing(ex) -> None:
+    """A boundary buffer at Φ(7,0,0) read by ldg and a result stored at Φ(8,0,0)
+    (shared with the other backends' tests)."""
     from hologram.isa import Program
 
     buf = ex.allocate_boundary(7, width=1, height=64)  # 64 bytes = 16 f32 at Φ(7,0,0)
@@ -148,12 +160,6 @@ def test_boundary_buffer_and_phi_addressing(ex):
     arena = ex.boundary_arena
     np.testing.assert_array_equal(arena[8 * 12288:8 * 12288 + 64].view(np.float32),
                                   np.arange(16) * 2)
-    with pytest.raises(ShapeError, match="class_index"):
-        ex.allocate_boundary(96)
-    with pytest.raises(ShapeError, match="width"):
-        ex.allocate_boundary(0, width=49)
-    with pytest.raises(BufferStateError):
-        ex.allocate_boundary(7, width=1, height=64)  # class 7 is taken
 
 
 def test_run_checks_operands(ex):

@@ -31,6 +31,7 @@ from hologram.isa import builder as b
 from hologram.ops import composites
 
 from .programs import programs, random_inputs
+from .test_executor import check_phi_addressing
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -309,21 +310,7 @@ def test_gemm_through_views(wg):
 @needs_adapter
 def test_boundary_pool_phi_addressing(wg):
     wg = hg.Executor("webgpu")  # a fresh pool: the shared executor's small buffers use it
-    buf = wg.allocate_boundary(7, width=1, height=64)
-    buf.from_numpy(np.arange(16))
-    out = wg.allocate(16)
-    p = Program.parse("""
-        %0 = ldg.f32[16] phi=(7,0,0)
-        %1 = const.f32[16] value=2.0
-        %2 = mul.f32[16] %0, %1
-        stg.f32[16] %2 out=0
-        stg.f32[16] %2 phi=(8,0,0)
-    """)
-    wg.run(p, [], [out])
-    np.testing.assert_array_equal(out.to_numpy(), np.arange(16) * 2)
-    arena = wg.boundary_arena
-    np.testing.assert_array_equal(arena[8 * 12288:8 * 12288 + 64].view(np.float32),
-                                  np.arange(16) * 2)
+    check_phi_addressing(wg)
     wg.close()
 
 

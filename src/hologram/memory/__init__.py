@@ -29,7 +29,7 @@ from .boundary import (
     BoundaryPool,
     aligned_empty,
 )
-from .linear import LinearPool, bin_size
+from .linear import LinearPool, bin_size, check_nbytes
 
 
 class Block:
@@ -54,16 +54,6 @@ class Block:
         return f"Block(nbytes={self.nbytes}, pool={self.pool!r}{where})"
 
 
-def _check_nbytes(nbytes: Any) -> int:
-    if isinstance(nbytes, bool):
-        raise TypeError("nbytes: expected an int, got bool")
-    try:
-        nbytes = operator.index(nbytes)
-    except TypeError:
-        raise TypeError(f"nbytes: expected an int, got {type(nbytes).__name__}") from None
-    if nbytes < 0:
-        raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
-    return nbytes
 
 
 class MemoryManager:
@@ -86,7 +76,7 @@ class MemoryManager:
     # --- allocation ---------------------------------------------------------------
     def allocate(self, nbytes: int) -> Block:
         """A block of ``nbytes``: in the boundary pool when it fits a free run, else linear."""
-        nbytes = _check_nbytes(nbytes)
+        nbytes = check_nbytes(nbytes)
         if nbytes == 0:
             # A fresh (writable) empty array per block: a shared read-only one would
             # make writes of zero elements and DLPack export fail.
@@ -106,7 +96,7 @@ class MemoryManager:
         Raises BufferStateError if any class the block needs is taken, and
         ValueError if the run would not fit the arena.
         """
-        nbytes = _check_nbytes(nbytes)
+        nbytes = check_nbytes(nbytes)
         if not 0 < nbytes <= BoundaryPool.MAX_BYTES:
             raise ValueError(f"nbytes: must be in [1, {BoundaryPool.MAX_BYTES}], got {nbytes}")
         nclasses = BoundaryPool.classes_for(nbytes)

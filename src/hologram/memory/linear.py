@@ -60,6 +60,19 @@ def _check_limit(limit: Any) -> int | None:
     return limit
 
 
+def check_nbytes(nbytes: Any) -> int:
+    """``nbytes`` as an int >= 0 (NumPy integers welcome), or an error naming it."""
+    if isinstance(nbytes, bool):
+        raise ArgumentTypeError("nbytes: expected an int, got bool")
+    try:
+        nbytes = operator.index(nbytes)
+    except TypeError:
+        raise ArgumentTypeError(f"nbytes: expected an int, got {type(nbytes).__name__}") from None
+    if nbytes < 0:
+        raise ArgumentValueError(f"nbytes: must be >= 0, got {nbytes}")
+    return nbytes
+
+
 class LinearPool:
     """A caching allocator: ``alloc`` returns uint8 arrays, ``free`` caches their blocks."""
 
@@ -100,14 +113,7 @@ class LinearPool:
     # --- allocation ---------------------------------------------------------------
     def alloc(self, nbytes: int) -> np.ndarray:
         """A uint8 array of exactly ``nbytes`` (a view of a bin-sized, aligned block)."""
-        if isinstance(nbytes, bool):
-            raise TypeError("nbytes: expected an int, got bool")
-        try:
-            nbytes = operator.index(nbytes)
-        except TypeError:
-            raise TypeError(f"nbytes: expected an int, got {type(nbytes).__name__}") from None
-        if nbytes < 0:
-            raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
+        nbytes = check_nbytes(nbytes)
         size = bin_size(nbytes)
         free_list = self._cache.get(size)
         if free_list:
