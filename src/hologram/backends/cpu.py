@@ -131,10 +131,11 @@ class CPUBackend(Backend):
             isinstance(s, KernelPlan) for s in low.schedule.steps) else None
         stats = ProgramStats(before, compute_instructions(canon), unfused_launches(program),
                              low.launches, rules)
-        steps = [self._step(s, low, lib) for s in low.schedule.steps]
+        raw = {s.name: self._raw(lib, s.name) for s in low.schedule.steps
+               if isinstance(s, KernelPlan)}
+        steps = [self._step(s, low, raw) for s in low.schedule.steps]
         temps = [(t.dtype.np_dtype, t.shape) for t in low.schedule.temps]
-        raw = [self._raw(lib, s.name) for s in low.schedule.steps if isinstance(s, KernelPlan)]
-        return CompiledProgram(program, canon, low, stats, steps, temps, raw)
+        return CompiledProgram(program, canon, low, stats, steps, temps, list(raw.values()))
 
     @staticmethod
     def _raw(lib: Any, name: str) -> Any:
@@ -143,11 +144,9 @@ class CPUBackend(Backend):
         fn.restype = None
         return fn
 
-    def _step(self, step: KernelPlan | GemmPlan, low: Lowered, lib: Any):
+    def _step(self, step: KernelPlan | GemmPlan, low: Lowered, raw: dict[str, Any]):
         if isinstance(step, KernelPlan):
-            fn = getattr(lib, step.name)
-            fn.argtypes = [ctypes.c_void_p]
-            fn.restype = None
+            fn = raw[step.name]
             return lambda table, arrays: fn(table)
         bufs, slots = low.schedule.buffers, low.slots
         a_ref, a_chain = _operand_recipe(step.value.srcs[0], bufs)

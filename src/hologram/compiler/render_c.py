@@ -175,10 +175,14 @@ class CRenderer:
     def bind(self, code: str, d: DType, vars_: frozenset[str], cur: Scope, key: tuple) -> Expr:
         sc = self.scope_for(vars_, cur)
         name = self.fresh()
-        sc.lines.append(f"{self.ctype(d)} {name} = {code};")
+        sc.lines.append(self.declare(name, d, code))
         e = Expr(name, vars_)
         sc.cache[key] = e
         return e
+
+    def declare(self, name: str, d: DType, code: str) -> str:
+        """One local's declaration (the dialect's syntax)."""
+        return f"{self.ctype(d)} {name} = {code};"
 
     def lookup(self, key: tuple, cur: Scope) -> Expr | None:
         s: Scope | None = cur

@@ -443,13 +443,8 @@ class WGSLRenderer(CRenderer):
         self.helpers[helper] = None
 
     # --- emission ---------------------------------------------------------------------
-    def bind(self, code: str, d: DType, vars_: frozenset[str], cur: Scope, key: tuple) -> Expr:
-        sc = self.scope_for(vars_, cur)
-        name = self.fresh()
-        sc.lines.append(f"let {name}: {self.ctype(d)} = {code};")
-        e = Expr(name, vars_)
-        sc.cache[key] = e
-        return e
+    def declare(self, name: str, d: DType, code: str) -> str:
+        return f"let {name}: {self.ctype(d)} = {code};"
 
     def _emit(self, v: Value, idx: tuple[Expr, ...], cur: Scope, flat: bool,
               key: tuple) -> Expr:
