@@ -23,9 +23,28 @@ def shapes(draw, max_dims: int = 3) -> tuple[int, ...]:
     return tuple(draw(st.sampled_from([0, 1, 1, 2, 3, 5, 8])) for _ in range(nd))
 
 
+def _swap_last(x: Var) -> Var:
+    """x with its last two axes swapped ([*batch, m, k] -> [*batch, k, m])."""
+    return x.permute((*range(x.ndim - 2), x.ndim - 1, x.ndim - 2))
+
+
+def _gemm_step(x: Var, y: Var) -> Var:
+    """A (batched) matrix product that always fits: x @ swap(y) when the sizes allow
+    (batch dims broadcast), else x @ swap(x); 1-D x is a dot product."""
+    if x.ndim == 1:
+        return x @ x
+    if y.ndim >= 2 and y.shape[-1] == x.shape[-1]:
+        try:
+            return x @ _swap_last(y)
+        except ValueError:
+            pass  # batch dims that do not broadcast
+    return x @ _swap_last(x)
+
+
 @st.composite
-def programs(draw, dtype: str = "f32", max_ops: int = 8):
-    """(program builder fn, input specs): 1-3 inputs whose shapes broadcast together."""
+def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
+    """(program builder fn, input specs): 1-3 inputs whose shapes broadcast together.
+    ``gemm``: also draw (batched) matrix products among the steps."""
     base = draw(shapes())
     n_in = draw(st.integers(1, 3))
     specs = []
@@ -36,7 +55,8 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8):
         specs.append((dtype, s))
     plan = []
     for _ in range(draw(st.integers(1, max_ops))):
-        kind = draw(st.sampled_from(["u", "u", "b", "b", "c", "r", "sel", "mad", "perm"]))
+        kinds = ["u", "u", "b", "b", "c", "r", "sel", "mad", "perm"] + ["gemm"] * (2 * gemm)
+        kind = draw(st.sampled_from(kinds))
         plan.append((kind, draw(st.integers(0, 10_000)), draw(st.integers(0, 10_000))))
 
     def fn(*xs: Var):
@@ -62,6 +82,8 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8):
                     vals.append(x * y + x)
                 elif kind == "perm" and x.ndim >= 2:
                     vals.append(x.T)
+                elif kind == "gemm" and x.ndim:
+                    vals.append(_gemm_step(x, y))
             except ValueError:
                 continue  # shapes that do not broadcast: skip the step
         outs = vals[len(xs):] or vals

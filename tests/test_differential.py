@@ -32,25 +32,7 @@ def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) ->
     np.testing.assert_array_equal(np.isinf(got) & (got > 0), np.isinf(want) & (want > 0))
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(programs(dtype="f64"), st.integers(0, 2**32 - 1))
-def test_cpu_matches_reference_f64(case, seed):
-    ex = _compiled_executor()
-    fn, specs = case
-    p = b.program(fn, specs)
-    ins = random_inputs(specs, seed)
-    want, _ = evaluate(p, ins)
-    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
-    ex.launch(p, ins, got)
-    for g, w in zip(got, want, strict=True):
-        assert_close(g, w, rtol=1e-9, atol=1e-12), str(p)
-
-
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(programs(dtype="f32"), st.integers(0, 2**32 - 1))
-def test_cpu_matches_reference_f32(case, seed):
+def _check(case, seed: int, rtol: float, atol: float) -> None:
     ex = _compiled_executor()
     fn, specs = case
     p = b.program(fn, specs)
@@ -59,5 +41,35 @@ def test_cpu_matches_reference_f32(case, seed):
     got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
     ex.launch(p, ins, got)
     for g, w in zip(got, want, strict=True):
-        # vector libm and summation order differ from NumPy by a few ulp
-        assert_close(g, w, rtol=2e-4, atol=1e-5)
+        assert_close(g, w, rtol=rtol, atol=atol), str(p)
+
+
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@SETTINGS
+@given(programs(dtype="f64"), st.integers(0, 2**32 - 1))
+def test_cpu_matches_reference_f64(case, seed):
+    _check(case, seed, rtol=1e-9, atol=1e-12)
+
+
+@SETTINGS
+@given(programs(dtype="f32"), st.integers(0, 2**32 - 1))
+def test_cpu_matches_reference_f32(case, seed):
+    # vector libm and summation order differ from NumPy by a few ulp
+    _check(case, seed, rtol=2e-4, atol=1e-5)
+
+
+@SETTINGS
+@given(programs(dtype="f64", gemm=True), st.integers(0, 2**32 - 1))
+def test_cpu_matches_reference_with_batched_gemm_f64(case, seed):
+    """(Batched) GEMMs among the steps: operands are views (permuted, broadcast batch),
+    sizes include 0 and 1, inputs NaN and inf."""
+    _check(case, seed, rtol=1e-9, atol=1e-12)
+
+
+@SETTINGS
+@given(programs(dtype="f32", gemm=True), st.integers(0, 2**32 - 1))
+def test_cpu_matches_reference_with_batched_gemm_f32(case, seed):
+    _check(case, seed, rtol=2e-4, atol=1e-5)

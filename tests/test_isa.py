@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hologram.backends.reference import evaluate
 from hologram.errors import ParseError, VerifyError
 from hologram.isa import Op, Program, Value, dtypes
 from hologram.isa import builder as b
@@ -183,3 +184,77 @@ def test_broadcasting_is_explicit_reshape_and_expand():
     p = b.program(lambda x, y: x + y, [("f32", (3, 4)), ("f32", (4,))])
     ops = [v.op for v in p.instructions]
     assert Op.RESHAPE in ops and Op.EXPAND in ops
+
+
+# --- batched GEMM ---------------------------------------------------------------------------
+@pytest.mark.parametrize("sa, sb, want", [
+    ((3, 4), (4, 5), (3, 5)),
+    ((2, 3, 4), (2, 4, 5), (2, 3, 5)),
+    ((2, 6, 3, 4), (2, 6, 4, 5), (2, 6, 3, 5)),
+    ((0, 3, 4), (0, 4, 5), (0, 3, 5)),  # an empty batch
+    ((2, 3, 0), (2, 0, 5), (2, 3, 5)),  # k = 0: zeros
+    ((2, 0, 4), (2, 4, 0), (2, 0, 0)),
+])
+def test_gemm_takes_equal_batch_dims(sa, sb, want):
+    x, y = b.ldg(0, "f64", sa), b.ldg(1, "f64", sb)
+    g = b.gemm(x, y)
+    assert g.shape == want and g.dtype is dtypes.f64
+    p = Program([b.stg(g, 0)], [(dtypes.f64, sa), (dtypes.f64, sb)])
+    p.verify()
+    assert Program.parse(str(p)) == p  # the text form carries the batch
+
+
+@pytest.mark.parametrize("sa, sb, fragment", [
+    ((4,), (4, 5), "rank >= 2"),
+    ((3, 4), (4,), "rank >= 2"),
+    ((2, 3, 4), (4, 5), "differ in rank"),
+    ((2, 3, 4), (3, 4, 5), "batch dims differ: [2] vs [3]"),
+    ((1, 3, 4), (2, 4, 5), "batch dims differ"),  # no implicit broadcast: EXPAND first
+    ((2, 3, 4), (2, 5, 6), "inner sizes differ"),
+])
+def test_gemm_rejects_bad_ranks_and_sizes(sa, sb, fragment):
+    x, y = b.ldg(0, "f32", sa), b.ldg(1, "f32", sb)
+    with pytest.raises(VerifyError, match="gemm") as e:
+        b.gemm(x, y)
+    assert fragment in str(e.value)
+
+
+def test_gemm_rejects_integer_operands():
+    x = b.cast(b.ldg(0, "f32", (2, 3, 4)), "i32")
+    with pytest.raises(VerifyError, match="floating-point"):
+        b.gemm(x, b.permute(x, (0, 2, 1)))
+
+
+def test_verifier_names_a_bad_batched_gemm():
+    p = Program.parse("\n".join([
+        ".in 0 f32[2,3,4]", ".in 1 f32[3,4,5]",
+        "%0 = ldg.f32[2,3,4] in=0", "%1 = ldg.f32[3,4,5] in=1",
+        "%2 = gemm.f32[2,3,5] %0, %1", "stg.f32[2,3,5] %2 out=0"]))
+    with pytest.raises(VerifyError, match=r"gemm\.f32\[2,3,5\].*batch dims differ"):
+        p.verify()
+
+
+@pytest.mark.parametrize("sa, sb", [
+    ((3, 4), (4, 5)), ((4,), (4,)), ((4,), (4, 5)), ((3, 4), (4,)), ((2, 3, 4), (4,)),
+    ((4,), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((5, 4, 2), (2, 6)), ((0, 3, 4), (4, 2)),
+])
+def test_matmul_follows_numpy_with_explicit_expand(sa, sb):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(sa), rng.standard_normal(sb)
+    p = b.program(lambda u, v: u @ v, [("f64", sa), ("f64", sb)])
+    got = evaluate(p, [x, y])[0][0]
+    want = np.matmul(x, y)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    (g,) = [v for v in p.instructions if v.op is Op.GEMM]
+    assert g.srcs[0].shape[:-2] == g.srcs[1].shape[:-2]  # the batch was expanded first
+
+
+def test_matmul_rejects_what_numpy_rejects():
+    x = b.ldg(0, "f32", (2, 3, 4))
+    with pytest.raises(ValueError, match="inner sizes"):
+        b.matmul(x, b.ldg(1, "f32", (3, 5)))
+    with pytest.raises(ValueError, match="broadcast"):
+        b.matmul(x, b.ldg(1, "f32", (3, 4, 5)))
+    with pytest.raises(ValueError, match="rank >= 1"):
+        b.matmul(x, b.ldg(1, "f32", ()))

@@ -17,9 +17,11 @@ from hologram.memory import (
     PAGES,
     Block,
     BoundaryPool,
+    DeviceArray,
     LinearPool,
     MemoryManager,
     bin_size,
+    device_allocator,
 )
 
 
@@ -412,3 +414,124 @@ def test_manager_many_mixed_cycles_do_not_leak() -> None:
     assert s["linear"]["num_cache_hits"] > 0.5 * s["linear"]["num_allocs"]
     assert mm.num_live_blocks == 0
     assert elapsed < 8.0
+
+
+# --- the pools on device memory (a host-backed stand-in device: no adapter needed) ---
+
+
+class FakeDevice:
+    """A DeviceMemory whose "device buffers" are host uint8 arrays: enough to test the
+    pools and DeviceArray windows everywhere (the real device is tested in
+    tests/test_webgpu_memory.py)."""
+
+    name = "fake"
+    dlpack_device = (15, 0)
+
+    def __init__(self, max_buffer: int | None = None) -> None:
+        self.created: list[int] = []
+        self.max_buffer = max_buffer
+
+    def create(self, nbytes: int) -> np.ndarray:
+        if self.max_buffer is not None and nbytes > self.max_buffer:
+            raise MemoryError(f"{nbytes} bytes is more than the fake device holds")
+        self.created.append(nbytes)
+        return np.zeros(nbytes, np.uint8)
+
+    def read(self, handle: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
+        return handle[offset:offset + nbytes].copy()
+
+    def write(self, handle: np.ndarray, offset: int, data: np.ndarray) -> None:
+        handle[offset:offset + data.nbytes] = data
+
+    def copy(self, src: np.ndarray, so: int, dst: np.ndarray, do: int, n: int) -> None:
+        dst[do:do + n] = src[so:so + n].copy()
+
+    def clear(self, handle: np.ndarray, offset: int, nbytes: int) -> None:
+        handle[offset:offset + nbytes] = 0
+
+
+def test_device_array_is_an_ndarray_like_window() -> None:
+    dev = FakeDevice()
+    raw = DeviceArray.empty(dev, 64)
+    assert (raw.shape, raw.dtype, raw.nbytes, raw.size, raw.offset) == ((64,), np.uint8, 64, 64, 0)
+    f = raw.view(np.float32)
+    assert f.shape == (16,) and f.flags.c_contiguous and f.flags.aligned and f.flags.writeable
+    m = f.reshape(4, -1)
+    assert m.shape == (4, 4) and m.strides == (16, 4) and m.handle is raw.handle
+    m.write(np.arange(16, dtype=np.float32).reshape(4, 4))
+    np.testing.assert_array_equal(f.to_host(), np.arange(16))
+    tail = f[4:8]
+    assert tail.offset == 16 and tail.shape == (4,)
+    np.testing.assert_array_equal(np.asarray(tail), [4, 5, 6, 7])
+    assert float(f[5:6]) == 5.0
+    tail.fill(0.0)
+    f[8:12].fill(2.5)
+    np.testing.assert_array_equal(f.to_host()[4:12], [0] * 4 + [2.5] * 4)
+    f[:4].copy_from(f[8:12])
+    np.testing.assert_array_equal(f.to_host()[:4], [2.5] * 4)
+    assert f.extent() == (id(raw.handle), 0, 64) and f[2:3].extent()[1:] == (8, 12)
+    host = f.to_host()
+    host[0] = 99  # a copy: the device is unchanged
+    assert f.to_host()[0] == 2.5
+    empty = DeviceArray.empty(dev, 0)
+    assert empty.handle is None and empty.to_host().size == 0
+    assert f[1:2].view(np.uint8).shape == (4,)
+    assert not raw[1:3].view(np.uint16).flags.aligned  # offset 1 of a 2-byte dtype
+
+
+def test_device_array_refuses_what_a_window_cannot_be() -> None:
+    f = DeviceArray.empty(FakeDevice(), 64).view(np.float32)
+    with pytest.raises(TypeError, match="index"):
+        f[3]  # noqa: B018 - indexing is the test
+    with pytest.raises(TypeError, match="contiguous"):
+        f[::2]  # noqa: B018
+    with pytest.raises(ValueError, match="reshape"):
+        f.reshape(3, 5)
+    with pytest.raises(ValueError, match="whole number"):
+        f[:3].view(np.float64)
+    with pytest.raises(ValueError, match="copy"):
+        f.__array__(copy=False)
+    with pytest.raises(TypeError, match="one-element"):
+        float(f)
+    with pytest.raises(ValueError, match="bytes"):
+        f.write(np.zeros(3, np.float32))
+
+
+def test_manager_on_device_memory_has_the_host_pools_and_stats() -> None:
+    """The same pools over a device allocator: blocks are DeviceArray windows, the arena
+    is one device buffer, and the limit, cache and statistics work as on the host."""
+    dev = FakeDevice()
+    mm = MemoryManager(limit=4 << 20, allocator=device_allocator(dev))
+    assert isinstance(mm.arena, DeviceArray) and mm.arena.nbytes == NUM_CLASSES * CLASS_BYTES
+    assert dev.created == [NUM_CLASSES * CLASS_BYTES]  # the arena: one buffer
+    small = mm.allocate(100)
+    assert small.pool == "boundary" and isinstance(small.array, DeviceArray)
+    assert small.array.handle is mm.arena.handle and small.array.offset % 256 == 0
+    b2 = mm.allocate_boundary(9, 64)
+    assert b2.array.offset == mm.phi_offset(9, 0, 0) and b2.array.handle is mm.arena.handle
+    big = mm.allocate(1 << 20)
+    assert big.pool == "linear" and big.array.offset == 0 and len(dev.created) == 2
+    host = MemoryManager(limit=4 << 20)
+    assert mm.stats().keys() == host.stats().keys()
+    assert mm.stats()["linear"]["allocated_bytes"] == 1 << 20
+    mm.free(big)
+    assert mm.stats()["cached_bytes"] == 1 << 20
+    again = mm.allocate(1 << 20)  # served from the cache: no new device buffer
+    assert len(dev.created) == 2 and mm.stats()["linear"]["num_cache_hits"] == 1
+    with pytest.raises(OutOfMemoryError, match="limit"):
+        mm.allocate(4 << 20)
+    mm.free(again)
+    mm.empty_cache()
+    assert mm.stats()["cached_bytes"] == 0
+    zero = mm.allocate(0)
+    assert zero.pool == "none" and zero.array.nbytes == 0
+    for b in (small, b2, zero):
+        mm.free(b)
+    assert mm.stats()["allocated_bytes"] == 0
+
+
+def test_device_allocation_failure_is_out_of_memory() -> None:
+    mm = MemoryManager(allocator=device_allocator(FakeDevice(max_buffer=2 << 20)))
+    with pytest.raises(OutOfMemoryError, match="could not provide.*fake device"):
+        mm.allocate(3 << 20)
+    assert mm.allocate(1 << 20).nbytes == 1 << 20

@@ -1203,3 +1203,61 @@ def test_view_of_a_freed_buffer_is_refused(ex):
     with pytest.raises(BufferStateError, match="^a: "):
         ops.vector_neg(ex, view, c)
     np.testing.assert_array_equal(reused.to_numpy(), 7.0)
+
+
+# --- sigmoid as a composite -------------------------------------------------------------
+SIGMOID_EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, -88.7, -89.0, -100.0, -745.0, -746.0,
+                 -1e30, 30.0, 100.0, 1e30, 1e-30, -1e-30]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sigmoid_is_numpy_one_over_one_plus_exp(ex, rng, dtype):
+    """ops.sigmoid is the composite 1 / (1 + exp(-x)): the same bits as NumPy's
+    expression of it (and as the single SIGMOID instruction), saturating to exactly 0
+    and 1, NaN propagating, and -0.0 giving 0.5."""
+    x = np.concatenate([np.array(SIGMOID_EDGES, dtype), (rng.standard_normal(4096) * 40)
+                        .astype(dtype)])
+    a, c = put(ex, x), sentinel(ex, x.size, dtype)
+    ops.sigmoid(ex, a, c)
+    got = c.to_numpy()
+    with np.errstate(over="ignore"):
+        want = dtype(1) / (dtype(1) + np.exp(-x))
+    exact = ref_sigmoid(x.astype(np.float64))
+    assert_close(got, exact, dtype)
+    # relative accuracy holds into the tail (tiny results), where atol would hide it
+    info = np.finfo(dtype)
+    normal = np.isfinite(exact) & (exact >= info.tiny) & (want != 0)
+    rel = np.abs(got[normal] - exact[normal]) / exact[normal]
+    assert rel.max() <= 4 * info.eps, rel.max()
+    np.testing.assert_array_equal(got == 0, want == 0)  # saturates where NumPy's form does
+    assert got[4] != got[4]  # NaN
+    np.testing.assert_array_equal(got[[0, 1, 2, 3, 8, 9, 10, 12, 13]],
+                                  [0.5, 0.5, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+    # the primitive instruction, through the same executor, gives the same bits
+    from hologram.isa import builder as b
+
+    p = b.program(lambda v: v.sigmoid(), [("f32" if dtype is np.float32 else "f64", x.shape)])
+    prim = np.empty_like(x)
+    ex.launch(p, [x], [prim])
+    np.testing.assert_array_equal(got.view(f"u{x.itemsize}"), prim.view(f"u{x.itemsize}"))
+
+
+def test_sigmoid_fuses_its_four_primitives_into_one_launch():
+    """Written as neg, exp, add, div, sigmoid counts as a composite of 4 launches that
+    fusion makes 1 (75% fewer), and the canonicalizer keeps the expression as traced
+    (only the commutative add's constant moves last)."""
+    from hologram.isa import builder as b
+    from hologram.isa.opcodes import Op
+    from hologram.ops import composites as C
+
+    with hg.Executor("cpu") as ex:
+        p = b.program(C.sigmoid, [("f32", (1000,))])
+        compiled = ex.compile(p)
+        st = getattr(compiled, "stats", None)
+        if st is None:
+            pytest.skip("no C compiler: the cpu backend is the reference interpreter")
+        assert (st.launches_before, st.launches_after) == (4, 1)
+        assert st.launch_reduction >= 0.75
+        ops_left = [v.op for v in compiled.canonical.instructions]
+        for op in (Op.NEG, Op.EXP, Op.ADD, Op.DIV):
+            assert op in ops_left

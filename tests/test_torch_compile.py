@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -187,6 +188,126 @@ def test_more_ops_and_decompositions_match_without_fallback():
     torch.testing.assert_close(x2.grad, x.grad, atol=ATOL, rtol=RTOL)
     torch.testing.assert_close(w2.grad, w.grad, atol=ATOL, rtol=RTOL)
     _no_fallback(graphs)
+
+
+def _gemm_lines(graphs) -> list[str]:
+    """The GEMM instructions of every program the graphs compiled to."""
+    return [ln.split(" = ", 1)[1].split(" ")[0] for g in graphs for r in g.regions
+            for ln in r.program_text.splitlines() if " = gemm." in ln]
+
+
+def test_transformer_block_attention_is_batched_gemm():
+    """q @ k^T and att @ v (and their backward products) are each ONE GEMM over the
+    (batch, head) axes, with the heads read through permuted views: no broadcast
+    multiply-reduce, no flattening of a permuted tensor into the batch axis."""
+    torch.manual_seed(2)
+    report = explain(lambda x: Block()(x).sum(), torch.randn(2, 5, 16))
+    gemms = _gemm_lines(report.graphs)
+    batched = sorted(g for g in gemms if g.count(",") == 3)
+    # forward: scores q @ k^T and att @ v; backward: d(att), d(v), d(q) and d(k)^T
+    assert batched == ["gemm.f32[2,2,5,5]"] * 2 + ["gemm.f32[2,2,5,8]"] * 3 + \
+        ["gemm.f32[2,2,8,5]"], gemms
+    assert not [g for g in gemms if g.count(",") == 2], gemms  # no 3-D (flattened) batch
+    assert report.torch_ops == {}
+
+
+@pytest.mark.parametrize("shapes", [((12, 64, 96), (12, 96, 64)), ((3, 0, 4), (3, 4, 5)),
+                                    ((1, 7, 3), (1, 3, 2))])
+def test_bmm_forward_backward_is_one_batched_gemm(shapes):
+    """Sizes the old multiply-then-sum lowering left to PyTorch run as one GEMM each."""
+    torch.manual_seed(3)
+    a, c = (torch.randn(s, requires_grad=True) for s in shapes)
+    a2, c2 = (t.detach().clone().requires_grad_() for t in (a, c))
+    w = torch.randn(shapes[0][0], shapes[0][1], shapes[1][2])
+
+    def fn(x, y):
+        return (torch.bmm(x, y).tanh() * w).sum()
+
+    ref = fn(a, c)
+    ref.backward()
+    with cb.collect_graphs() as graphs:
+        got = torch.compile(fn, backend="hologram")(a2, c2)
+        got.backward()
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=RTOL)
+    torch.testing.assert_close(a2.grad, a.grad, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(c2.grad, c.grad, atol=ATOL, rtol=RTOL)
+    _no_fallback(graphs)
+    assert len(_gemm_lines(graphs)) == 3  # forward, and one per operand's gradient
+    assert all(g.startswith(f"gemm.f32[{shapes[0][0]},") for g in _gemm_lines(graphs))
+
+
+def test_baddbmm_and_broadcast_matmul_match_without_fallback():
+    def fn(x, y, z, bias):
+        h = torch.baddbmm(bias, x, y, beta=0.5, alpha=2.0)  # decomposed to bmm
+        return (h.unsqueeze(0) @ z).sin().sum()  # [1, 4, 3, 5] @ [2, 1, 5, 6]: broadcast
+
+    torch.manual_seed(5)
+    args = [torch.randn(4, 3, 7), torch.randn(4, 7, 5), torch.randn(2, 1, 5, 6),
+            torch.randn(4, 3, 5)]
+    args = [t.requires_grad_() for t in args]
+    twins = [t.detach().clone().requires_grad_() for t in args]
+    ref = fn(*args)
+    ref.backward()
+    with cb.collect_graphs() as graphs:
+        got = torch.compile(fn, backend="hologram")(*twins)
+        got.backward()
+    torch.testing.assert_close(got, ref, atol=ATOL, rtol=RTOL)
+    for t, u in zip(twins, args, strict=True):
+        torch.testing.assert_close(t.grad, u.grad, atol=ATOL, rtol=RTOL)
+    _no_fallback(graphs)
+
+
+def test_matmul_row_follows_torch_broadcasting():
+    """aten.matmul rarely survives AOT autograd, but a graph that keeps it gets
+    torch.matmul's rules (1-D operands, broadcast batch) through the builder."""
+    from hologram.backends.reference import evaluate
+    from hologram.isa import builder as b
+
+    row = cb.ATEN_TABLE[torch.ops.aten.matmul]
+    for sa, sb in [((2, 1, 3, 4), (5, 4, 2)), ((4,), (3, 4, 2)), ((3, 4), (4,))]:
+        x, y = torch.randn(sa, dtype=torch.float64), torch.randn(sb, dtype=torch.float64)
+        want = torch.matmul(x, y)
+        ctx = cb.Ctx(None, cb.TInfo(torch.float64, tuple(want.shape)), None)
+        p = b.program(lambda u, v, ctx=ctx: row(ctx, u, v), [("f64", sa), ("f64", sb)])
+        (got,), _ = evaluate(p, [x.numpy(), y.numpy()])
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_unmerging_batch_axes_of_bmm_operands():
+    from hologram.isa import Op
+    from hologram.isa import builder as b
+
+    def gemm_of(fn, specs):
+        p = b.program(fn, specs)
+        (g,) = [v for v in p.instructions if v.op is Op.GEMM]
+        return g
+
+    # merged (2, 3) batch on both sides -> a [2, 3, ...] GEMM over the permuted views
+    g = gemm_of(lambda x, y: cb._batched_gemm(x.permute(0, 2, 1, 3).reshape(6, 4, 5),
+                                              y.permute(0, 2, 1, 3).reshape(6, 4, 5)
+                                              .permute(0, 2, 1)),
+                [("f32", (2, 4, 3, 5)), ("f32", (2, 4, 3, 5))])
+    assert g.shape == (2, 3, 4, 4)
+    # one side merged, the other a plain [6, 5, 7]: that one is split (a view)
+    g = gemm_of(lambda x, y: cb._batched_gemm(x.permute(0, 2, 1, 3).reshape(6, 4, 5), y),
+                [("f32", (2, 4, 3, 5)), ("f32", (6, 5, 7))])
+    assert g.shape == (2, 3, 4, 7)
+    # two different splits: the 3-D product
+    g = gemm_of(lambda x, y: cb._batched_gemm(x.reshape(6, 4, 5), y.reshape(6, 5, 2)),
+                [("f32", (2, 3, 4, 5)), ("f32", (3, 2, 5, 2))])
+    assert g.shape == (6, 4, 2)
+
+
+def test_blas_thread_cap_counts_one_matrix_of_a_batch():
+    """BLAS runs (and threads) per matrix of a batch: a batch of small products is
+    small, a big 2-D product is not, whatever the batch multiplies up to."""
+    from hologram.isa import builder as b
+
+    small = b.program(lambda x, y: x @ y, [("f32", (256, 32, 64)), ("f32", (256, 64, 32))])
+    assert cb._blas_threads_for(small, "auto") == 1
+    big = b.program(lambda x, y: x @ y, [("f32", (2, 256, 256)), ("f32", (2, 256, 256))])
+    assert cb._blas_threads_for(big, "auto") is None
+    assert cb._blas_threads_for(big, 3) == 3
 
 
 def test_changing_batch_size_replans_and_matches():

@@ -33,10 +33,12 @@ from .executor import Executor  # noqa: E402
 from .interop import default_executor, from_dlpack  # noqa: E402
 from .isa import Program  # noqa: E402
 from .jit import explain, jit  # noqa: E402
+from .memory.output_cache import empty_cache, output_cache  # noqa: E402
 
 __all__ = [
     "BackendUnavailableError", "Buffer", "Executor", "HologramError", "OutOfMemoryError",
     "Program", "VerifyError", "__version__", "available_backends", "backend",
-    "default_executor", "errors", "explain", "from_dlpack", "get_default_backend",
-    "is_cuda_available", "is_metal_available", "isa", "jit", "ops",
+    "default_executor", "empty_cache", "errors", "explain", "from_dlpack",
+    "get_default_backend", "is_cuda_available", "is_metal_available", "isa", "jit", "ops",
+    "output_cache",
 ]

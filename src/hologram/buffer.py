@@ -3,6 +3,13 @@
 Host buffers view the executor's pools directly, so ``to_numpy`` and DLPack
 export hand out the same memory the kernels write (zero-copy), and
 ``from_numpy``/``fill``/``copy_from`` write in place.
+
+Device buffers (``DeviceBuffer``, on webgpu/metal executors) hold a window of
+device memory, which the host cannot view: ``to_numpy``/``to_bytes`` return
+copies, ``from_numpy``/``from_bytes``/``fill`` upload, ``copy_from`` copies on
+the device, and DLPack exports only host copies. Every check (shapes, dtypes,
+casts, read-only, freed) is the same code for both: the subclass only replaces
+how bytes move.
 """
 
 from __future__ import annotations
@@ -121,7 +128,8 @@ class Buffer:
             raise BufferStateError(f"{what}: the buffer's executor is closed")
 
     def view(self) -> np.ndarray:
-        """The backing array (host backends), shaped and typed; used by the executor."""
+        """The backing array, shaped and typed, for the executor and the op library: a
+        NumPy view on host backends, a ``DeviceArray`` window on a device."""
         self._check()
         return self._array
 
@@ -156,12 +164,16 @@ class Buffer:
                 f"array: has {a.size} elements, the buffer holds {self.size} {self.shape}"
             )
         try:
-            np.copyto(self._array, a.reshape(self.shape), casting="same_kind")
+            self._store(a.reshape(self.shape))
         except TypeError:
             raise DTypeError(
                 f"array: cannot cast {a.dtype} to the buffer's {self.isa_dtype} safely"
             ) from None
         return self
+
+    def _store(self, a: np.ndarray) -> None:
+        """Write ``a`` (the buffer's shape, any same-kind dtype) over the buffer."""
+        np.copyto(self._array, a, casting="same_kind")
 
     def to_bytes(self) -> bytes:
         self._check()
@@ -179,8 +191,11 @@ class Buffer:
             ) from None
         if mv.nbytes != self.nbytes:
             raise ShapeError(f"data: has {mv.nbytes} bytes, the buffer holds {self.nbytes}")
-        self._array.reshape(-1).view(np.uint8)[:] = np.frombuffer(mv, dtype=np.uint8)
+        self._store_bytes(np.frombuffer(mv, dtype=np.uint8))
         return self
+
+    def _store_bytes(self, raw: np.ndarray) -> None:
+        self._array.reshape(-1).view(np.uint8)[:] = raw
 
     def fill(self, value: float) -> Buffer:
         self._check()
@@ -201,8 +216,11 @@ class Buffer:
                 f"other: is {other.isa_dtype}{list(other.shape)}, this buffer is "
                 f"{self.isa_dtype}{list(self.shape)}"
             )
-        np.copyto(self._array, other._array.reshape(self.shape))
+        self._copy(other)
         return self
+
+    def _copy(self, other: Buffer) -> None:
+        np.copyto(self._array, other._array.reshape(self.shape))
 
     def reshape(self, *shape: Any) -> Buffer:
         """A new Buffer over the same memory with another shape (the original stays valid)."""
@@ -210,8 +228,8 @@ class Buffer:
         shape_ = normalize_shape(shape[0] if len(shape) == 1 else tuple(shape), "shape")
         if math.prod(shape_) != self.size:
             raise ShapeError(f"shape: {shape_} does not hold {self.size} elements")
-        view = Buffer(self._executor, self._array.reshape(shape_), shape_, self.isa_dtype,
-                      None, external=self)
+        view = type(self)(self._executor, self._array.reshape(shape_), shape_,
+                          self.isa_dtype, None, external=self)
         self._views.append(weakref.ref(view))
         return view
 
@@ -258,3 +276,85 @@ class Buffer:
     def __dlpack_device__(self) -> tuple[int, int]:
         return self._array.__dlpack_device__()
 
+
+
+class DeviceBuffer(Buffer):
+    """A Buffer in device memory (webgpu/metal executors): the same API, other semantics
+    where the host cannot see the bytes.
+
+    ``_array`` is a :class:`~hologram.memory.device.DeviceArray`. Device memory cannot
+    be viewed from the host, so ``to_numpy`` returns a *copy* (writes to it do not
+    reach the buffer: use ``from_numpy``), and DLPack exports only a host copy, when
+    the consumer asks for one (``np.from_dlpack(buf, device="cpu", copy=True)``).
+    """
+
+    __slots__ = ()
+
+    # --- data in and out --------------------------------------------------------
+    def to_numpy(self) -> np.ndarray:
+        """A host copy of the buffer (device memory cannot be viewed; waits for the
+        launches that write it)."""
+        self._check()
+        return self._array.to_host()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:  # NumPy's protocol: copy=False must not copy, so it must fail
+            raise ValueError("a device buffer cannot be viewed as a NumPy array without a "
+                             "copy (copy=False given)")
+        return super().__array__(dtype, None)
+
+    def to_bytes(self) -> bytes:
+        self._check()
+        return self._array.to_host().tobytes()
+
+    def _store(self, a: np.ndarray) -> None:
+        host = np.empty(self.shape, self.dtype)
+        np.copyto(host, a, casting="same_kind")
+        self._array.write(host)
+
+    def _store_bytes(self, raw: np.ndarray) -> None:
+        self._array.write(raw)
+
+    # fill: Buffer.fill calls DeviceArray.fill (a device clear for zeros, else an upload)
+
+    def _copy(self, other: Buffer) -> None:
+        self._array.copy_from(other._array)  # on the device
+
+    # --- DLPack -----------------------------------------------------------------
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """Export a host copy, and only when asked for one.
+
+        DLPack cannot hand out WebGPU memory (there is no pointer a consumer could
+        use), so the consumer must ask for the CPU (``dl_device=(1, 0)``) without
+        forbidding a copy (``copy`` True or None); it then gets a host copy.
+        """
+        self._check()
+        dev = self.device
+        if stream is not None and not (isinstance(stream, (int, np.integer)) and stream == -1):
+            raise DLPackError(f"stream: a {dev} buffer exports host copies, which take "
+                              f"stream=None, got {stream!r}")
+        try:
+            wanted = None if dl_device is None else (int(dl_device[0]), int(dl_device[1]))
+        except (TypeError, ValueError, IndexError):
+            raise DLPackError(f"dl_device: expected a (device type, id) pair, got "
+                              f"{dl_device!r}") from None
+        if wanted != (1, 0):
+            raise DLPackError(
+                f"__dlpack__: the buffer is in {dev} device memory, which DLPack cannot "
+                f"share; ask for a host copy with dl_device=(1, 0) (e.g. "
+                f"np.from_dlpack(buf, device='cpu', copy=True)) or use to_numpy()"
+                + ("" if wanted is None else f" (dl_device={wanted} given)"))
+        if copy is False:
+            raise DLPackError(f"copy: the buffer is in {dev} device memory; exporting it to "
+                              "the CPU needs a copy, and copy=False was given")
+        host = self._array.to_host()
+        kwargs: dict[str, Any] = {} if max_version is None else {"max_version": max_version}
+        try:
+            return host.__dlpack__(**kwargs)
+        except (BufferError, TypeError, ValueError, OverflowError) as e:  # NumPy refuses
+            raise DLPackError(f"__dlpack__: {e}") from None
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(15, 0)``: DLPack's kDLWebGPU (where the buffer is, not where exports go)."""
+        return self._executor._device.dlpack_device

@@ -80,7 +80,15 @@ def collect_info() -> dict[str, Any]:
         "cache_dir_exists": directory.is_dir(),
         "cpu_features": cpu_features(),
         "c_compiler": c_compiler(),
+        "gemm": gemm_route(),
     }
+
+
+def gemm_route() -> str:
+    """How the CPU backend runs GEMM (NumPy's BLAS in hologram's threads, or np.matmul)."""
+    from .compiler import blas
+
+    return blas.describe()
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -108,6 +116,7 @@ def format_info(info: dict[str, Any]) -> str:
                                                 if missing else ""))
     cc = info["c_compiler"] or f"none found (looked for {', '.join(C_COMPILERS)})"
     lines.append(f"C compiler: {cc}")
+    lines.append(f"GEMM: {info['gemm']}")
     return "\n".join(lines)
 
 

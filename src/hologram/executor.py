@@ -2,6 +2,11 @@
 
 Everything a user runs goes through ``Executor.run`` (or the op library, which
 builds programs and calls it), so swapping the backend never changes callers.
+
+Memory: the pools take their bytes from the backend's ``device_memory`` when it
+has one (WebGPU), else from host memory. On a device, buffers are
+``DeviceBuffer``s over ``DeviceArray`` windows and launches take those windows
+where host executors take NumPy views; the checks below accept both.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from numpy.lib.array_utils import byte_bounds
 
 from .backends import registry
 from .backends.base import Backend
-from .buffer import Buffer, normalize_shape
+from .buffer import Buffer, DeviceBuffer, normalize_shape
 from .errors import (
     AliasError,
     ArgumentTypeError,
@@ -29,7 +34,7 @@ from .errors import (
 from .isa.dtypes import SUPPORTED, DType, to_dtype
 from .isa.opcodes import ELEMENTWISE, group
 from .isa.program import Program
-from .memory import MemoryManager
+from .memory import DeviceArray, DeviceMemory, MemoryManager, aligned_empty, device_allocator
 
 _MAX_NBYTES = int(np.iinfo(np.intp).max) - 4096  # NumPy's limit on one array, less slack
 
@@ -49,12 +54,18 @@ class Executor:
     ``backend``: 'auto' (the best available, see ``get_default_backend``), 'cpu',
     'cuda', 'metal', 'webgpu' or 'reference'. ``memory_limit``: bytes the linear
     pool may hold before allocation raises OutOfMemoryError (None: no limit).
+    On a backend with its own memory (webgpu, metal) both pools live there.
     """
 
     def __init__(self, backend: str = "auto", *, memory_limit: int | None = None) -> None:
         self.requested_backend = backend
         self.backend: Backend = registry.create(backend)
-        self._memory = MemoryManager(limit=memory_limit)
+        # A backend with device memory says so with ``device_memory``; host backends
+        # have none and the pools use host memory.
+        self._device: DeviceMemory | None = getattr(self.backend, "device_memory", None)
+        allocator = aligned_empty if self._device is None else device_allocator(self._device)
+        self._buffer_type = Buffer if self._device is None else DeviceBuffer
+        self._memory = MemoryManager(limit=memory_limit, allocator=allocator)
         self._buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
         self._kernels: dict[str, Any] = {}
         # Bound launches of the op library's fast path: key -> (buffer weakrefs, call).
@@ -132,15 +143,21 @@ class Executor:
 
     def _adopt(self, block: Any, shape: tuple[int, ...], d: DType) -> Buffer:
         arr = block.array.view(d.np_dtype).reshape(shape)
-        buf = Buffer(self, arr, shape, d, block)
+        buf = self._buffer_type(self, arr, shape, d, block)
         self._buffers[id(buf)] = buf
         return buf
 
     def wrap(self, array: np.ndarray, owner: Any = None) -> Buffer:
-        """A Buffer over existing host memory (zero-copy); ``owner`` is kept alive."""
+        """A Buffer over existing host memory (zero-copy); ``owner`` is kept alive.
+
+        Only on host backends: a device executor's buffers are device memory, which
+        host memory cannot become (``hologram.from_dlpack`` copies in instead).
+        """
         self._check_open()
-        if self.backend.device_type != "cpu":
-            raise BufferStateError(f"wrap: backend {self.backend_name!r} does not use host memory")
+        if self._device is not None or self.backend.device_type != "cpu":
+            raise BufferStateError(f"wrap: backend {self.backend_name!r} keeps buffers in "
+                                   f"{self.backend.device_type} device memory, not host "
+                                   "memory (allocate a buffer and copy in with from_numpy)")
         if not isinstance(array, np.ndarray):
             raise ArgumentTypeError(f"array: expected a NumPy array, got {type(array).__name__}")
         if not array.flags.c_contiguous:
@@ -161,7 +178,8 @@ class Executor:
             buf._array = np.empty(0, dtype=buf._array.dtype)  # drop our view of the pool
 
     def memory_stats(self) -> dict[str, Any]:
-        """Bytes allocated, cached and at peak, in total and per pool."""
+        """Bytes allocated, cached and at peak, in total and per pool (device pools on a
+        device backend: the same keys)."""
         return self._memory.stats()
 
     def empty_cache(self) -> None:
@@ -177,7 +195,9 @@ class Executor:
         self._memory.limit = value
 
     @property
-    def boundary_arena(self) -> np.ndarray:
+    def boundary_arena(self) -> Any:
+        """The boundary arena Φ addresses index: a uint8 ndarray on the host, a
+        ``DeviceArray`` (copy out with ``to_host()``/``np.asarray``) on a device."""
         return self._memory.arena
 
     # --- running programs ---------------------------------------------------------
@@ -214,29 +234,30 @@ class Executor:
                       for i, (b, spec) in enumerate(zip(outputs, specs, strict=True))]
         self.launch(program, in_arrays, out_arrays)
 
-    def launch(self, program: Program, in_arrays: Sequence[np.ndarray],
-               out_arrays: Sequence[np.ndarray], fresh_outputs: bool = False) -> None:
-        """Run on NumPy arrays (the op library's path). They are checked against the
+    def launch(self, program: Program, in_arrays: Sequence[Any],
+               out_arrays: Sequence[Any], fresh_outputs: bool = False) -> None:
+        """Run on NumPy arrays (the op library's path; on a device backend also this
+        executor's ``DeviceArray`` windows, mixed freely). They are checked against the
         program (count, dtype, element count, C-contiguous and aligned, outputs writable)
         before any kernel runs, since kernels index raw pointers.
 
         ``fresh_outputs``: the caller just allocated the outputs, so nothing can alias
         them and the overlap check (microseconds per operand pair) is skipped.
         """
-        check_arrays(program, in_arrays, out_arrays)
+        check_arrays(program, in_arrays, out_arrays, self._device)
         if not fresh_outputs:
             check_aliasing(program, in_arrays, out_arrays)
         compiled = self.compile(program)
         self.backend.launch(compiled, in_arrays, out_arrays, self._memory.arena)
 
-    def bind(self, program: Program, in_arrays: Sequence[np.ndarray],
-             out_arrays: Sequence[np.ndarray]) -> Any:
+    def bind(self, program: Program, in_arrays: Sequence[Any],
+             out_arrays: Sequence[Any]) -> Any:
         """A zero-argument callable that launches ``program`` on these arrays again.
 
         Checks (aliasing, compilation) happen once here, so a repeated call with the
         same buffers costs only the launch itself.
         """
-        check_arrays(program, in_arrays, out_arrays)
+        check_arrays(program, in_arrays, out_arrays, self._device)
         check_aliasing(program, in_arrays, out_arrays)
         compiled = self.compile(program)
         return self.backend.bind(compiled, in_arrays, out_arrays, self._memory.arena)
@@ -279,10 +300,14 @@ def _as_list(items: Any, what: str) -> list[Any]:
     raise ArgumentTypeError(f"{what}: expected a list or tuple, got {type(items).__name__}")
 
 
-def check_arrays(program: Program, ins: Sequence[Any], outs: Sequence[Any]) -> None:
+def check_arrays(program: Program, ins: Sequence[Any], outs: Sequence[Any],
+                 device: DeviceMemory | None = None) -> None:
     """Raise unless the arrays fit the program: count, dtype, element count, C-contiguous,
     aligned, outputs writable. Kernels index raw pointers, so a launch on arrays that do
-    not fit would read or write out of bounds instead of raising."""
+    not fit would read or write out of bounds instead of raising.
+
+    ``device``: the executor's device memory; its ``DeviceArray`` windows are accepted
+    beside NumPy arrays (anything else's are not: a host kernel cannot read them)."""
     _check_program(program)
     ins, outs = _as_list(ins, "inputs"), _as_list(outs, "outputs")
     for what, arrays, specs in (("inputs", ins, program.inputs),
@@ -290,9 +315,12 @@ def check_arrays(program: Program, ins: Sequence[Any], outs: Sequence[Any]) -> N
         if len(arrays) != len(specs):
             raise ShapeError(f"{what}: program has {len(specs)}, got {len(arrays)}")
         for i, (a, (d, shape)) in enumerate(zip(arrays, specs, strict=True)):
-            if not isinstance(a, np.ndarray):
+            if not isinstance(a, np.ndarray) and not (
+                    isinstance(a, DeviceArray) and device is not None and a.memory is device):
+                where = (f" ({a.memory.name} device memory this executor cannot use)"
+                         if isinstance(a, DeviceArray) else "")
                 raise ArgumentTypeError(
-                    f"{what}[{i}]: expected a NumPy array, got {type(a).__name__}")
+                    f"{what}[{i}]: expected a NumPy array, got {type(a).__name__}{where}")
             if a.dtype != d.np_dtype:
                 raise DTypeError(f"{what}[{i}]: expected dtype {d}, got {a.dtype}")
             if a.size != math.prod(shape):
@@ -305,35 +333,51 @@ def check_arrays(program: Program, ins: Sequence[Any], outs: Sequence[Any]) -> N
                 raise BufferStateError(f"{what}[{i}]: the array is read-only")
 
 
-def _extent(a: np.ndarray) -> tuple[int, int]:
-    """The byte range [lo, hi) an array can touch (exact for contiguous arrays, a bound
-    for strided ones)."""
-    return byte_bounds(a)
+_EMPTY = (0, 0, 0)
 
 
-def check_aliasing(program: Program, ins: Sequence[np.ndarray],
-                   outs: Sequence[np.ndarray]) -> None:
+def _extent(a: Any) -> tuple[int, int, int]:
+    """(address space, lo, hi): the byte range [lo, hi) an array can touch (exact for
+    contiguous arrays, a bound for strided ones). Host memory is space 0; a device
+    window's space is its device buffer, so ranges compare only within one buffer."""
+    if not a.size:
+        return _EMPTY
+    if isinstance(a, DeviceArray):
+        return a.extent()
+    lo, hi = byte_bounds(a)
+    return 0, lo, hi
+
+
+def _shares(a: Any, b: Any) -> bool:
+    """Whether two arrays whose ranges intersect share memory (device windows are
+    contiguous, so for them intersecting is sharing)."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.shares_memory(a, b))
+    return True
+
+
+def check_aliasing(program: Program, ins: Sequence[Any], outs: Sequence[Any]) -> None:
     """Outputs may not overlap each other; an output may overlap an input only exactly
     (same memory, same layout) and only in an element-wise program.
 
     Byte ranges are compared first (cheap); only intersecting ranges are looked at
     more closely, so a launch with many operands costs microseconds, not tens of them.
     """
-    in_ext = [_extent(x) if x.size else (0, 0) for x in ins]
-    out_ext = [_extent(o) if o.size else (0, 0) for o in outs]
-    for i, (o, (lo, hi)) in enumerate(zip(outs, out_ext, strict=True)):
+    in_ext = [_extent(x) for x in ins]
+    out_ext = [_extent(o) for o in outs]
+    for i, (o, (space, lo, hi)) in enumerate(zip(outs, out_ext, strict=True)):
         if lo == hi:
             continue
-        for j, (lo2, hi2) in enumerate(out_ext[:i]):
-            if lo < hi2 and lo2 < hi and np.shares_memory(o, outs[j]):
+        for j, (space2, lo2, hi2) in enumerate(out_ext[:i]):
+            if space == space2 and lo < hi2 and lo2 < hi and _shares(o, outs[j]):
                 raise AliasError(f"outputs[{i}] overlaps outputs[{j}]")
-        for j, (lo2, hi2) in enumerate(in_ext):
-            if not (lo < hi2 and lo2 < hi):
+        for j, (space2, lo2, hi2) in enumerate(in_ext):
+            if not (space == space2 and lo < hi2 and lo2 < hi):
                 continue
             x = ins[j]
             same = lo == lo2 and o.shape == x.shape and o.strides == x.strides
             if not same:
-                if np.shares_memory(o, x):
+                if _shares(o, x):
                     raise AliasError(f"outputs[{i}] partly overlaps inputs[{j}]")
                 continue
             if not elementwise_only(program):

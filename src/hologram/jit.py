@@ -5,6 +5,9 @@ for its arguments; whatever it computes with operators, ``Var`` methods and
 ``hologram.ops.composites`` becomes one program, so fusion crosses the
 boundaries between the ops it calls. Calls take NumPy arrays (or anything with
 DLPack on the host) and return NumPy arrays, with no copies of contiguous data.
+Returned arrays of 1 MiB or more come from ``memory.output_cache``: their block
+is reused once every array viewing it has died (``hologram.empty_cache()``
+gives cached blocks back).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from .interop import default_executor
 from .isa.builder import program as build_program
 from .isa.dtypes import SUPPORTED, to_dtype
 from .isa.program import Program
+from .memory.output_cache import output_cache
 
 
 def _as_array(x: Any, i: int) -> np.ndarray:
@@ -83,7 +87,9 @@ class JitFunction:
         p, arrays = self.program_for(*args)
         specs = p.output_specs
         if out is None:
-            outs = [np.empty(s, d.np_dtype) for d, s in specs]
+            # Large outputs come from the output cache: a repeated call writes into
+            # pages that are already mapped instead of faulting in fresh ones.
+            outs = [output_cache.empty(s, d.np_dtype) for d, s in specs]
             self.executor.launch(p, arrays, outs, fresh_outputs=True)
         else:
             outs = list(out) if isinstance(out, (tuple, list)) else [out]

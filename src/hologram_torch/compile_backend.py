@@ -63,10 +63,8 @@ log = logging.getLogger("hologram_torch")
 aten = torch.ops.aten
 BACKEND_NAME = "hologram"
 
-# Largest broadcast product a batched matmul may expand to before it is left to
-# PyTorch: the ISA GEMM is 2-D, so bmm with batch > 1 is a multiply-and-reduce.
-BMM_EXPAND_LIMIT = 1 << 22
-# GEMMs up to this many multiply-adds run with one BLAS thread (see _BlasThreads).
+# GEMMs whose matrix products are up to this many multiply-adds each run with one
+# BLAS thread (see _BlasThreads).
 SMALL_GEMM_MACS = 1 << 22
 
 
@@ -466,17 +464,55 @@ def _addmm(ctx: Ctx, bias: Var, a: Var, b: Var, *, beta: Any = 1, alpha: Any = 1
     return r + (c * float(beta) if beta != 1 else c)
 
 
+def _unmerged(v: Value) -> Value | None:
+    """``v`` (shape [B, r, c]) as the value ``u`` of shape [*batch, r, c] it was
+    flattened from (prod(batch) == B), or None when it was not.
+
+    ``torch.matmul`` on 4-D operands (attention's ``q @ k.transpose(-2, -1)``) reaches
+    the graph as bmm of ``_unsafe_view(expand(transpose(...)), [B, r, c])``: a reshape
+    that merges batch axes. Merging a head axis into the batch axis of a permuted
+    tensor is not a strided view, so a GEMM reading it would need a copy; the
+    unmerged operand is one (a permute over a buffer), which a strided-batch GEMM
+    reads in place. A transpose of the last two axes on top of the reshape (the
+    backward graph's ``bmm(transpose(view), ...)``) is looked through as well.
+    """
+    if v.op is Op.PERMUTE and v.attr("perm") == (0, 2, 1):
+        u = _unmerged(v.srcs[0])
+        if u is None:
+            return None
+        return make(Op.PERMUTE, (u,), {"perm": (*range(u.ndim - 2), u.ndim - 1, u.ndim - 2)})
+    if v.op is Op.RESHAPE:
+        u = v.srcs[0]
+        if u.ndim > 3 and u.shape[-2:] == v.shape[-2:] and math.prod(u.shape[:-2]) == v.shape[0]:
+            return u
+    return None
+
+
+def _batched_gemm(a: Var, b: Var) -> Var:
+    """``a [B, m, k] @ b [B, k, n]`` as one batched GEMM, over the operands' unmerged
+    batch axes where their reshapes merged some (see :func:`_unmerged`): splitting an
+    axis is always a view, merging one may not be."""
+    (bs, m, _), n = a.shape, b.shape[2]
+    ua, ub = _unmerged(a.v), _unmerged(b.v)
+    batch = next((u.shape[:-2] for u in (ua, ub) if u is not None), None)
+    if batch is None or any(u is not None and u.shape[:-2] != batch for u in (ua, ub)):
+        return a @ b  # nothing to unmerge, or two different splits: the 3-D product
+    pa = Var(ua) if ua is not None else a.reshape((*batch, *a.shape[1:]))
+    pb = Var(ub) if ub is not None else b.reshape((*batch, *b.shape[1:]))
+    return (pa @ pb).reshape(bs, m, n)
+
+
 def _bmm(ctx: Ctx, a: Var, b: Var) -> Var:
     d = ctx.out_dtype
-    a, b = a.cast(d), b.cast(d)
-    (bs, m, k), (_, _, n) = a.shape, b.shape
-    if bs == 1:  # one GEMM: the batch dimension is a reshape away
-        return (a.reshape(m, k) @ b.reshape(k, n)).reshape(1, m, n)
-    if bs * m * k * n > BMM_EXPAND_LIMIT:
-        raise Unsupported(f"bmm with batch {bs} > 1 is a broadcast multiply-reduce in the ISA "
-                          f"(2-D GEMM only) and {bs}x{m}x{k}x{n} exceeds the size limit")
-    # The ISA GEMM is 2-D: a batch of products is sum_k a[b,m,k,1] * b[b,1,k,n].
-    return (a.reshape(bs, m, k, 1) * b.reshape(bs, 1, k, n)).sum(2)
+    return _batched_gemm(a.cast(d), b.cast(d))
+
+
+def _matmul(ctx: Ctx, a: Var, b: Var) -> Var:
+    """``torch.matmul``: NumPy's rules (1-D operands, broadcast batch dims), which the
+    builder spells as RESHAPE/EXPAND before one GEMM. AOT autograd normally decomposes
+    matmul into mm/bmm before the graph reaches us; this row covers graphs that keep it."""
+    d = ctx.out_dtype
+    return a.cast(d) @ b.cast(d)
 
 
 def _reshape_to_out(ctx: Ctx, x: Var, *args: Any, **kwargs: Any) -> Var:
@@ -699,6 +735,7 @@ ATEN_TABLE: dict[Any, Callable[..., Any]] = {
     aten.mm: _mm,
     aten.addmm: _addmm,
     aten.bmm: _bmm,
+    aten.matmul: _matmul,
     aten.t: _t,
     aten.transpose: _transpose,
     aten.permute: _permute,
@@ -1339,11 +1376,18 @@ def _blas_threads_for(program: Program, setting: Any) -> int | None:
     """The BLAS thread cap for ``program`` under the ``blas_threads`` option."""
     if setting is None or isinstance(setting, int):
         return setting
-    gemms = [v for v in program.instructions if v.op is Op.GEMM]
-    if not gemms:
+    macs = [_matrix_macs(v) for v in program.instructions if v.op is Op.GEMM]
+    if not macs:
         return None
-    macs = max(g.srcs[0].shape[0] * g.srcs[0].shape[1] * g.srcs[1].shape[1] for g in gemms)
-    return 1 if macs <= SMALL_GEMM_MACS else None
+    return 1 if max(macs) <= SMALL_GEMM_MACS else None
+
+
+def _matrix_macs(gemm: Value) -> int:
+    """Multiply-adds of ONE matrix product of a (batched) GEMM, ``m * k * n``: BLAS is
+    called (and decides its threads) per matrix of a batch, so a batch of small
+    products is as small, for this purpose, as one of them."""
+    (*_, m, k), n = gemm.srcs[0].shape, gemm.srcs[1].shape[-1]
+    return m * k * n
 
 
 def _carrier(td: torch.dtype) -> torch.dtype:

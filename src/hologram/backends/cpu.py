@@ -15,12 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from ..compiler import blas
+from ..compiler.gemm_layout import GemmDesc, gemm_desc
 from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launches
-from ..compiler.render_c import render_kernels
+from ..compiler.render_c import gemm_step_name, render_kernels
 from ..compiler.schedule import BufRef, GemmPlan, KernelPlan
 from ..isa.opcodes import Op
 from ..isa.program import Program
 from ..isa.value import Value
+from ..memory.output_cache import output_cache
 from .base import Backend
 from .reference import ReferenceBackend
 
@@ -126,16 +129,44 @@ class CPUBackend(Backend):
         from ..compiler.cc import C_PRELUDE
 
         canon, rules, before = canonical_form(program)
-        low = lower(canon, lambda s, sl: render_kernels(s, sl, C_PRELUDE))
-        lib = self.cc.compile(low.source, {"program": canon.hash}) if any(
-            isinstance(s, KernelPlan) for s in low.schedule.steps) else None
+        # The BLAS driver is built (once per process) only when a program has a GEMM.
+        has_gemm = any(v.op is Op.GEMM for v in canon.instructions)
+        gemm_rt = blas.runtime(self.cc) if has_gemm else None
+        int64 = gemm_rt is not None and blas.numpy_blas()[0].ilp64  # type: ignore[union-attr]
+        gemms: dict[int, GemmDesc] = {}
+        fused: set[int] = set()  # kernel steps that run inside the GEMM before them
+
+        def render(sched: Any, slots: Any) -> str:
+            gemms.clear()
+            if gemm_rt is not None:
+                for i, st in enumerate(sched.steps):
+                    d = (gemm_desc(st.value, sched.buffers, st.out, int64)
+                         if isinstance(st, GemmPlan) else None)
+                    if d is not None:
+                        gemms[i] = d
+            return render_kernels(sched, slots, C_PRELUDE, gemms, fused)
+
+        low = lower(canon, render)
+        names = {i: (s.name if isinstance(s, KernelPlan) else gemm_step_name(i))
+                 for i, s in enumerate(low.schedule.steps)
+                 if (isinstance(s, KernelPlan) or i in gemms) and i not in fused}
+        lib = self.cc.compile(low.source, {"program": canon.hash}) if names else None
+        if gemms:
+            bind = lib.hg_bind_gemm
+            bind.argtypes, bind.restype = [ctypes.c_void_p], None
+            bind(gemm_rt)
         stats = ProgramStats(before, compute_instructions(canon), unfused_launches(program),
-                             low.launches, rules)
-        raw = {s.name: self._raw(lib, s.name) for s in low.schedule.steps
-               if isinstance(s, KernelPlan)}
-        steps = [self._step(s, low, raw) for s in low.schedule.steps]
+                             low.launches - len(fused), rules)
+        raw = {n: self._raw(lib, n) for n in names.values()}
+        steps = [self._step(s, low, raw[names[i]] if i in names else None)
+                 for i, s in enumerate(low.schedule.steps) if i not in fused]
         temps = [(t.dtype.np_dtype, t.shape) for t in low.schedule.temps]
-        return CompiledProgram(program, canon, low, stats, steps, temps, list(raw.values()))
+        if len(names) == len(steps) > 1:  # every step is C: one call runs them all
+            raw_list = [self._raw(lib, "hg_run")]
+            steps = [lambda table, arrays, fn=raw_list[0]: fn(table)]
+        else:
+            raw_list = list(raw.values())
+        return CompiledProgram(program, canon, low, stats, steps, temps, raw_list)
 
     @staticmethod
     def _raw(lib: Any, name: str) -> Any:
@@ -144,9 +175,10 @@ class CPUBackend(Backend):
         fn.restype = None
         return fn
 
-    def _step(self, step: KernelPlan | GemmPlan, low: Lowered, raw: dict[str, Any]):
-        if isinstance(step, KernelPlan):
-            fn = raw[step.name]
+    def _step(self, step: KernelPlan | GemmPlan, low: Lowered, fn: Any):
+        """A launch step: the C function ``fn`` on the slot table, or (a GEMM whose
+        operands BLAS cannot read in place, or no BLAS found) np.matmul on views."""
+        if fn is not None:
             return lambda table, arrays: fn(table)
         bufs, slots = low.schedule.buffers, low.slots
         a_ref, a_chain = _operand_recipe(step.value.srcs[0], bufs)
@@ -178,7 +210,8 @@ class CPUBackend(Backend):
                arena: np.ndarray | None = None) -> None:
         if self._fallback is not None:
             return self._fallback.launch(compiled, inputs, outputs, arena)
-        arrays = [*inputs, *outputs, *(np.empty(s, d) for d, s in compiled.temps)]
+        # Temps of 1 MiB or more reuse cached blocks: fresh pages would fault each launch.
+        arrays = [*inputs, *outputs, *(output_cache.empty(s, d) for d, s in compiled.temps)]
         if arena is None:
             arena = np.zeros(0, np.uint8)
         arrays.append(arena)

@@ -5,15 +5,24 @@ Linux (Mesa's lavapipe runs it on the CPU where there is no GPU, which is how CI
 tests it), D3D12 on Windows. ``MetalBackend`` is the same backend on an adapter
 whose API is Metal.
 
-Memory: the executor's buffers live in host pools (NumPy views), and that stays
-the source of truth. Each launch uploads the program's inputs into device
-storage buffers (reused from a per-size cache), dispatches the kernels in order
-with temporaries kept on the device, then copies the outputs back into the
-caller's arrays in one read-back. So every launch pays host<->device copies of
-its operands: on lavapipe the "device" is host memory anyway, and on a discrete
-GPU this is honest but not fast (device-resident buffers need an executor that
-does not assume host memory). Because buffers stay host memory,
-``__dlpack_device__`` stays CPU, which is correct.
+Memory: a webgpu executor's buffers live in device memory. Its pools (the same
+linear caching pool and 96-class boundary arena as the host's, with the same
+limit and statistics) take their bytes from :class:`WebGPUMemory`, so each pool
+block is a wgpu storage buffer and the arena is one device buffer; a Buffer
+holds a ``DeviceArray`` window of it. A launch binds device operands directly
+(at their byte offset, which the pools keep aligned to the adapter's
+``min-storage-buffer-offset-alignment``; an unaligned window goes through a
+device-to-device copy), dispatches every kernel with temporaries from a staging
+cache, and returns without waiting: queue order keeps later reads, writes and
+launches after it. Φ-addressed programs bind the arena's used range the same
+way. NumPy operands (``Executor.launch`` on host arrays, ``@jit``) keep the
+copy path: uploaded into cached device buffers, outputs read back in one
+mapped staging buffer before the launch returns. Host and device operands mix
+freely in one launch.
+
+Because buffers are device memory, ``Buffer.to_numpy`` returns a copy,
+``__dlpack_device__`` is ``(15, 0)`` (DLPack's kDLWebGPU) and ``__dlpack__``
+exports only host copies (``dl_device=(1, 0)``).
 
 Pipelines are cached per (adapter, kernel source): the source is a function of
 the canonical program, so one canonical program compiles once per process.
@@ -38,8 +47,10 @@ from ..compiler.render_wgsl import MAX_GROUPS, WGSLProgram, render_wgsl, wgsl_ty
 from ..compiler.schedule import GemmPlan
 from ..errors import BackendUnavailableError, DTypeError, HologramError, ShapeError
 from ..isa.program import Program
+from ..memory.device import DeviceArray
 from .base import Backend
 from .cpu import ProgramStats, canonical_form
+from .webgpu_memory import WebGPUMemory
 
 NO_ADAPTER = ("no WebGPU adapter found (on Linux install Vulkan drivers, e.g. Mesa's lavapipe: "
               "apt-get install mesa-vulkan-drivers)")
@@ -136,11 +147,15 @@ def metal_problem() -> str | None:
 
 
 class DevicePool:
-    """Cached device storage buffers, binned by size like the host linear pool.
+    """Cached staging, upload and temporary device buffers, binned by size.
 
-    Launches take buffers from here and give them back when the read-back is done,
-    so steady-state launches allocate nothing on the device. Cached (free) bytes
-    beyond ``keep_bytes`` are destroyed, oldest first.
+    Not the executor's memory (that is the pools over :class:`WebGPUMemory`): this
+    caches what launches borrow for the duration of one launch (uploads of NumPy
+    operands, kernel temporaries, read-back staging), so steady-state launches
+    allocate nothing on the device. Cached (free) bytes beyond ``keep_bytes`` are
+    dropped, oldest first. Dropped, not destroyed: a buffer given back right after
+    a submit may still be in use by queued work, and wgpu frees a released buffer
+    only once that work is done.
     """
 
     def __init__(self, device: Any, keep_bytes: int = 256 << 20) -> None:
@@ -185,11 +200,8 @@ class DevicePool:
             old = self.order.pop(0)
             self.free[(old.size, int(old.usage))].remove(old)
             self.cached -= old.size
-            old.destroy()
 
     def empty_cache(self) -> None:
-        for buf in self.order:
-            buf.destroy()
         self.free.clear()
         self.order.clear()
         self.cached = 0
@@ -231,6 +243,9 @@ class _Device:
         self.storage_usage = int(U.STORAGE | U.COPY_DST | U.COPY_SRC)
         self.readback_usage = int(U.MAP_READ | U.COPY_DST)
         self.map_read = wgpu.MapMode.READ
+        self.memory = WebGPUMemory(self)  # what webgpu executors' pools allocate from
+        self.pending = False  # work submitted since the last synchronize
+        self.fence: Any = None  # a 4-byte buffer synchronize reads back (created on use)
 
     def pipeline(self, source: str, entry: str) -> Any:
         """The compute pipeline for ``entry`` in ``source``, built once per process."""
@@ -289,10 +304,10 @@ def _check_dtypes(program: Program, backend: str, f16: bool) -> None:
 
 
 class WebGPUBackend(Backend):
-    """WGSL kernels on a WebGPU adapter; host buffers copied in and out per launch."""
+    """WGSL kernels on a WebGPU adapter; executors' buffers in its device memory."""
 
     name = "webgpu"
-    device_type = "cpu"  # buffers are host memory (see the module docstring)
+    device_type = "webgpu"  # executors' buffers are device memory (see the module docstring)
 
     def __init__(self) -> None:
         self.dev = shared_device()
@@ -345,43 +360,91 @@ class WebGPUBackend(Backend):
                              arena_written, used)
 
     # --- launch -------------------------------------------------------------------------
-    def launch(self, compiled: WebGPUProgram, inputs: Sequence[np.ndarray],
-               outputs: Sequence[np.ndarray], arena: np.ndarray | None = None) -> None:
-        """Upload inputs, dispatch every kernel in order, read the outputs back."""
+    def launch(self, compiled: WebGPUProgram, inputs: Sequence[Any],
+               outputs: Sequence[Any], arena: Any = None) -> None:
+        """Dispatch every kernel in order in one command encoder.
+
+        Operands may be ``DeviceArray`` windows (bound where they are; the launch
+        returns without waiting) or NumPy arrays (uploaded first; NumPy outputs are
+        read back before the launch returns). ``arena`` is the executor's boundary
+        arena, either kind; a Φ-addressed program binds the range it uses.
+        """
         dev = self.dev
         c = compiled
         with dev.lock:
-            bufs: dict[int, Any] = {}
+            run = _Launch(dev)
             try:
-                for slot in c.used_slots:
-                    bufs[slot] = dev.pool.acquire(max(c.slot_bytes[slot], 4),
-                                                  dev.storage_usage)
-                    data = self._host_data(c, slot, inputs, arena)
-                    if data is not None and data.nbytes:
-                        dev.queue.write_buffer(bufs[slot], 0, _padded(data))
-                encoder = dev.device.create_command_encoder()
-                for k, pipe in zip(c.wgsl.kernels, c.pipelines, strict=True):
-                    group = dev.device.create_bind_group(
-                        layout=pipe.get_bind_group_layout(0),
-                        entries=[{"binding": s, "resource": {"buffer": bufs[s], "offset": 0,
-                                                             "size": bufs[s].size}}
-                                 for s in k.bindings])
-                    cpass = encoder.begin_compute_pass()
-                    cpass.set_pipeline(pipe)
-                    cpass.set_bind_group(0, group)
-                    cpass.dispatch_workgroups(*(min(g, dev.max_groups) for g in k.groups))
-                    cpass.end()
-                self._read_back(c, encoder, bufs, outputs, arena)
+                binds = {slot: self._bind_slot(run, c, slot, inputs, outputs, arena)
+                         for slot in c.used_slots}
+                self._dispatch(run.encoder, c, self._bind_groups(c, binds))
+                run.finish()
             finally:
-                for b in bufs.values():
-                    dev.pool.release(b)
+                run.give_back()
 
-    def _host_data(self, c: WebGPUProgram, slot: int, inputs: Sequence[np.ndarray],
-                   arena: np.ndarray | None) -> np.ndarray | None:
-        """What a slot starts with on the device: an input, the used arena range, or
-        nothing (outputs and temps are written by the kernels before they are read)."""
+    def bind(self, compiled: WebGPUProgram, inputs: Sequence[Any], outputs: Sequence[Any],
+             arena: Any = None) -> Any:
+        """A repeatable launch. When every slot binds device memory where it is (device
+        operands at bindable offsets, no temporaries, no NumPy operands), the bind
+        groups are built once here and a call only records the dispatches and submits:
+        the op library's repeated calls on the same Buffers take this path."""
+        c = compiled
+        dev = self.dev
+        binds: dict[int, tuple[Any, int, int]] = {}
+        for slot in c.used_slots:
+            if slot < c.n_in + c.n_out:
+                a = inputs[slot] if slot < c.n_in else outputs[slot - c.n_in]
+            elif slot == c.arena_slot and c.wgsl.arena_range is not None and arena is not None:
+                lo, hi = c.wgsl.arena_range
+                a = arena[lo:hi] if hi <= arena.nbytes else None
+            else:
+                a = None  # a temporary: borrowed per launch
+            where = _resident(a, dev.memory)
+            if where is None:
+                return super().bind(compiled, inputs, outputs, arena)
+            binds[slot] = where
+        with dev.lock:
+            groups = self._bind_groups(c, binds)
+
+        def call() -> None:
+            with dev.lock:
+                encoder = dev.device.create_command_encoder()
+                self._dispatch(encoder, c, groups)
+                dev.queue.submit([encoder.finish()])
+                dev.pending = True
+
+        return call
+
+    def _bind_groups(self, c: WebGPUProgram, binds: dict[int, tuple[Any, int, int]]
+                     ) -> list[Any]:
+        """One bind group per kernel: binding N = slot N, at its (buffer, offset, size)."""
+        return [self.dev.device.create_bind_group(
+                    layout=pipe.get_bind_group_layout(0),
+                    entries=[{"binding": s, "resource": {"buffer": binds[s][0],
+                                                         "offset": binds[s][1],
+                                                         "size": binds[s][2]}}
+                             for s in k.bindings])
+                for k, pipe in zip(c.wgsl.kernels, c.pipelines, strict=True)]
+
+    def _dispatch(self, encoder: Any, c: WebGPUProgram, groups: list[Any]) -> None:
+        """Record every kernel of ``c``, in order, one compute pass each (passes end
+        with a barrier, so a kernel sees what the one before it wrote)."""
+        cap = self.dev.max_groups
+        for k, pipe, group in zip(c.wgsl.kernels, c.pipelines, groups, strict=True):
+            cpass = encoder.begin_compute_pass()
+            cpass.set_pipeline(pipe)
+            cpass.set_bind_group(0, group)
+            cpass.dispatch_workgroups(*(min(g, cap) for g in k.groups))
+            cpass.end()
+
+    @staticmethod
+    def _bind_slot(run: _Launch, c: WebGPUProgram, slot: int, inputs: Sequence[Any],
+                   outputs: Sequence[Any], arena: Any) -> tuple[Any, int, int]:
+        """What slot ``slot`` binds: an input, an output, the used arena range, or a
+        temporary (written by the kernels before they read it)."""
         if slot < c.n_in:
-            return np.ascontiguousarray(inputs[slot])
+            return run.operand(inputs[slot], read=True, write=False)
+        if slot < c.n_in + c.n_out:
+            return run.operand(outputs[slot - c.n_in], read=False, write=True)
         if slot == c.arena_slot and c.wgsl.arena_range is not None:
             if arena is None:
                 raise ShapeError("the program uses Φ addressing but no boundary pool was given")
@@ -389,60 +452,130 @@ class WebGPUBackend(Backend):
             if hi > arena.nbytes:
                 raise ShapeError(f"Φ-addressed data ends at byte {hi}, past the "
                                  f"{arena.nbytes}-byte boundary pool")
-            return arena[lo:hi]
-        return None
+            return run.operand(arena[lo:hi], read=True, write=c.arena_written)
+        return run.temp(c.slot_bytes[slot])
 
-    def _read_back(self, c: WebGPUProgram, encoder: Any, bufs: dict[int, Any],
-                   outputs: Sequence[np.ndarray], arena: np.ndarray | None) -> None:
-        """Copy outputs (and a written arena range) into one staging buffer, map it once."""
+    def synchronize(self) -> None:
+        """Wait until every launch submitted so far has finished on the device."""
         dev = self.dev
-        plan: list[tuple[int, int, int]] = []  # (slot, staging offset, bytes)
-        off = 0
-        for i in range(c.n_out):
-            slot = c.n_in + i
-            n = outputs[i].nbytes
-            if n and slot in bufs:
-                plan.append((slot, off, n))
-                off += -(-n // 256) * 256
-        if c.arena_written and c.arena_slot in bufs:
-            n = c.slot_bytes[c.arena_slot]
-            plan.append((c.arena_slot, off, n))
-            off += -(-n // 256) * 256
-        if not plan:
-            dev.queue.submit([encoder.finish()])
-            return
-        staging = dev.pool.acquire(off, dev.readback_usage)
-        try:
-            for slot, o, n in plan:
-                encoder.copy_buffer_to_buffer(bufs[slot], 0, staging, o, -(-n // 4) * 4)
-            dev.queue.submit([encoder.finish()])
-            staging.map_sync(dev.map_read, 0, staging.size)
-            try:
-                raw = np.frombuffer(staging.read_mapped(0, off, copy=False), np.uint8)
-                for slot, o, n in plan:
-                    if slot == c.arena_slot:
-                        assert arena is not None and c.wgsl.arena_range is not None
-                        lo, hi = c.wgsl.arena_range
-                        arena[lo:hi] = raw[o:o + n]
-                        continue
-                    dst = outputs[slot - c.n_in]
-                    src = raw[o:o + n].view(dst.dtype).reshape(dst.shape)
-                    np.copyto(dst, src)
-            finally:
-                staging.unmap()
-        finally:
-            dev.pool.release(staging)
+        with dev.lock:
+            if dev.pending:
+                # A read maps a staging buffer after everything queued before it, so it
+                # is a fence (wgpu-py's on_submitted_work_done does not bind to this
+                # wgpu-native).
+                if dev.fence is None:
+                    dev.fence = dev.memory.create(4)
+                dev.memory.read(dev.fence, 0, 4)
+                dev.pending = False
 
     # --- memory -------------------------------------------------------------------------
+    @property
+    def device_memory(self) -> WebGPUMemory:
+        """Where executors on this backend keep their buffers (their pools' allocator)."""
+        return self.dev.memory
+
     def memory_stats(self) -> dict[str, int]:
-        """Device-side bytes (the host pools' stats come from ``Executor.memory_stats``)."""
+        """The launch staging cache (uploads of NumPy operands, temporaries, read-back);
+        the executor's buffers are in ``Executor.memory_stats``."""
         with self.dev.lock:
             return self.dev.pool.stats()
 
     def empty_cache(self) -> None:
-        """Destroy the cached device buffers (pipelines stay)."""
+        """Drop the cached staging buffers (pipelines stay)."""
         with self.dev.lock:
             self.dev.pool.empty_cache()
+
+
+class _Launch:
+    """One launch's bookkeeping: its command encoder, the buffers it borrowed from the
+    staging cache, device outputs that were bound through a temporary (copied back
+    after the kernels), and NumPy outputs to read back."""
+
+    def __init__(self, dev: _Device) -> None:
+        self.dev = dev
+        self.memory: WebGPUMemory = dev.memory
+        self.encoder = dev.device.create_command_encoder()
+        self.borrowed: list[Any] = []
+        self.copy_back: list[tuple[Any, DeviceArray]] = []
+        self.reads: list[tuple[Any, np.ndarray]] = []
+
+    def temp(self, nbytes: int) -> tuple[Any, int, int]:
+        size = max(4, -(-nbytes // 4) * 4)
+        buf = self.dev.pool.acquire(size, self.dev.storage_usage)
+        self.borrowed.append(buf)
+        return self._checked(buf, 0, size)
+
+    def _checked(self, buf: Any, offset: int, size: int) -> tuple[Any, int, int]:
+        limit = self.memory.max_binding
+        if limit is not None and size > limit:
+            raise ShapeError(f"a kernel operand of {size} bytes is larger than this adapter's "
+                             f"max-storage-buffer-binding-size ({limit} bytes)")
+        return buf, offset, size
+
+    def operand(self, a: Any, read: bool, write: bool) -> tuple[Any, int, int]:
+        """The binding of operand ``a``: a device window where it is, else a temporary."""
+        if isinstance(a, DeviceArray):
+            return self._device(a, read, write)
+        bound = self.temp(a.nbytes)
+        if read and a.nbytes:
+            self.dev.queue.write_buffer(bound[0], 0, _padded(np.ascontiguousarray(a)))
+        if write and a.nbytes:
+            self.reads.append((bound[0], a))
+        return bound
+
+    def _device(self, a: DeviceArray, read: bool, write: bool) -> tuple[Any, int, int]:
+        n = a.nbytes
+        if not n:
+            return self.temp(0)
+        if a.offset % 4 or n % 4:
+            raise ShapeError(f"a device operand of {n} bytes at byte {a.offset} is not "
+                             "4-byte aligned (WebGPU binds whole 4-byte words)")
+        if a.offset % self.memory.offset_alignment == 0:
+            return self._checked(a.handle, a.offset, n)
+        # An offset the adapter cannot bind at: through a temporary, on the device.
+        bound = self.temp(n)
+        if read:
+            self.memory.encode_copy(self.encoder, a.handle, a.offset, bound[0], 0, n,
+                                    self.borrowed)
+        if write:
+            self.copy_back.append((bound[0], a))
+        return bound
+
+    def finish(self) -> None:
+        """Copy device outputs back from temporaries, submit, and read NumPy outputs back
+        through one mapped staging buffer (the only wait)."""
+        dev, encoder = self.dev, self.encoder
+        for buf, a in self.copy_back:
+            encoder.copy_buffer_to_buffer(buf, 0, a.handle, a.offset, a.nbytes)
+        if not self.reads:
+            dev.queue.submit([encoder.finish()])
+            dev.pending = True
+            return
+        plan: list[tuple[int, np.ndarray]] = []  # (staging offset, destination)
+        off = 0
+        for _, dst in self.reads:
+            plan.append((off, dst))
+            off += -(-dst.nbytes // 256) * 256
+        staging = dev.pool.acquire(off, dev.readback_usage)
+        self.borrowed.append(staging)
+        for (buf, dst), (o, _) in zip(self.reads, plan, strict=True):
+            encoder.copy_buffer_to_buffer(buf, 0, staging, o, -(-dst.nbytes // 4) * 4)
+        dev.queue.submit([encoder.finish()])
+        dev.pending = False  # mapping waits for everything submitted before it
+        staging.map_sync(dev.map_read, 0, staging.size)
+        try:
+            raw = np.frombuffer(staging.read_mapped(0, off, copy=False), np.uint8)
+            for o, dst in plan:
+                np.copyto(dst, raw[o:o + dst.nbytes].view(dst.dtype).reshape(dst.shape))
+        finally:
+            staging.unmap()
+
+    def give_back(self) -> None:
+        """Return the borrowed buffers to the cache; queued work that still uses them
+        runs before anything recorded later, so they are free to reuse at once."""
+        for b in self.borrowed:
+            self.dev.pool.release(b)
+        self.borrowed.clear()
 
 
 class MetalBackend(WebGPUBackend):
@@ -455,6 +588,20 @@ class MetalBackend(WebGPUBackend):
         if reason is not None:
             raise BackendUnavailableError(f"backend 'metal' is not available: {reason}")
         super().__init__()
+
+
+def _resident(a: Any, memory: WebGPUMemory) -> tuple[Any, int, int] | None:
+    """(buffer, offset, size) when ``a`` is a device window bindable where it is, else
+    None (a NumPy array, a temporary, an empty or unaligned window: those need a
+    launch that borrows buffers)."""
+    if not isinstance(a, DeviceArray) or a.memory is not memory or not a.nbytes:
+        return None
+    n = a.nbytes
+    if a.offset % memory.offset_alignment or n % 4:
+        return None
+    if memory.max_binding is not None and n > memory.max_binding:
+        return None
+    return a.handle, a.offset, n
 
 
 def _padded(a: np.ndarray) -> np.ndarray:

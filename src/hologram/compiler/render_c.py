@@ -14,9 +14,11 @@ import re
 from dataclasses import dataclass, field
 
 from ..isa.dtypes import DType
-from ..isa.opcodes import Group, Op, group
+from ..isa.opcodes import ELEMENTWISE, Group, Op, group
 from ..isa.value import Value
-from .schedule import BufRef, KernelPlan, NeedsMaterialize, Schedule
+from .blas import GEMM_DESC_C
+from .gemm_layout import MAX_BATCH_DIMS, GemmDesc
+from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
 
 # C templates for element-wise ops; {0},{1},{2} are operands, {f} the dtype suffix
 # ('f' for float, '' for double), {T} the C type.
@@ -98,6 +100,7 @@ class CRenderer:
         self.sched = sched
         self.slots = slots
         self.n = 0
+        self.row_len: int | None = None  # set while rendering a row-range kernel
 
     # --- helpers --------------------------------------------------------------------------
     def ctype(self, d: DType) -> str:
@@ -383,7 +386,19 @@ class CRenderer:
         return text
 
     def signature(self, name: str) -> str:
+        if self.row_len is not None:
+            return f"void {name}(void **B, int64_t lo, int64_t hi)"
         return f"void {name}(void **B)"
+
+    def rows_kernel(self, k: KernelPlan, row_len: int) -> str:
+        """``k`` over output rows ``lo..hi`` (rows of ``row_len`` elements), serial: the
+        GEMM driver calls it on each tile right after BLAS wrote that tile."""
+        self.row_len = row_len
+        try:
+            text = self.kernel(KernelPlan(rows_name(k.name), k.sinks))
+        finally:
+            self.row_len = None
+        return text
 
     def stores(self, k: KernelPlan, x: Expr, off: Expr) -> list[str]:
         return [f"{self.ptr(dst)}[{off.code}] = {x.code};" for _, dst in k.sinks]
@@ -407,7 +422,12 @@ class CRenderer:
 
     def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat") -> str:
         """A loop header; ``role`` ('flat', 'outer', 'inner') lets GPU dialects map loops
-        to the grid, blocks and threads."""
+        to the grid, blocks and threads. In a row-range kernel (a GEMM epilogue run per
+        tile) the outermost loop covers rows ``lo..hi`` only, on the caller's thread."""
+        if self.row_len is not None and role in ("flat", "outer"):
+            scale = f" * {self.row_len}" if role == "flat" else ""
+            pragma = "#pragma omp simd\n" if simd else ""
+            return f"{pragma}for (int64_t {var} = lo{scale}; {var} < hi{scale}; {var}++) {{"
         if parallel:
             pragma = "#pragma omp parallel for" + (" simd" if simd else "") + " schedule(static)"
         else:
@@ -505,10 +525,113 @@ class CRenderer:
         return out + ["}"]
 
 
-def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str) -> str:
+def gemm_step_name(index: int) -> str:
+    return f"g{index}"
+
+
+def render_gemm(name: str, d: GemmDesc, slots: dict[BufRef, int],
+                epilogue: str | None = None) -> str:
+    """A GEMM step as a call of the BLAS driver (compiler/blas.py) with a constant
+    descriptor; the operands' pointers come from the slot table like any kernel's.
+    ``epilogue`` names a row-range kernel the driver runs on each tile it finishes."""
+    nb = math.prod(d.batch)
+    pad = [0] * (MAX_BATCH_DIMS - len(d.batch))
+
+    def arr(xs: tuple[int, ...]) -> str:
+        return "{" + ", ".join(str(x) for x in (*xs, *pad)) + "}"
+
+    fields = (f".nb = {nb}, .m = {d.m}, .n = {d.n}, .k = {d.k}, .lda = {d.a.ld}, "
+              f".ldb = {d.b.ld}, .ldc = {d.c.ld}, .oa = {d.a.offset}, .ob = {d.b.offset}, "
+              f".oc = {d.c.offset}, .ta = {int(d.a.trans)}, .tb = {int(d.b.trans)}, "
+              f".f64 = {int(d.dtype == 'f64')}, .nbd = {len(d.batch)}, "
+              f".bshape = {arr(d.batch)}, .bsa = {arr(d.a.batch_strides)}, "
+              f".bsb = {arr(d.b.batch_strides)}, .bsc = {arr(d.c.batch_strides)}")
+    epi = f"(hg_epilogue_fn){epilogue}" if epilogue else "0"
+    return (f"void {name}(void **B) {{\n"
+            f"  static const hg_gemm_desc d = {{{fields}}};\n"
+            f"  hg_gemm_rt(&d, B[{slots[d.a.ref]}], B[{slots[d.b.ref]}], B[{slots[d.c.ref]}], "
+            f"{epi}, B);\n"
+            "}")
+
+
+GEMM_BINDING = ("static hg_gemm_fn hg_gemm_rt;\n"
+                "void hg_bind_gemm(void *fn) { hg_gemm_rt = (hg_gemm_fn)fn; }")
+
+
+def rows_name(name: str) -> str:
+    return f"{name}_rows"
+
+
+def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule) -> bool:
+    """Whether kernel ``k`` may run per GEMM tile, on the rows that tile just wrote.
+
+    That holds when ``k`` is element-wise over the GEMM's output shape in everything
+    that depends on the product: each output element then reads only the product's
+    element at the same coordinates, which its tile has written. Reductions,
+    permutes, reshapes or broadcasts of the product would read other tiles' rows.
+    """
+    g = gemm.value
+    v = k.sinks[0][0]
+    if v.shape != g.shape or v is g or not g.shape or not all(
+            x.shape == v.shape for x, _ in k.sinks):
+        return False
+    depends: dict[int, bool] = {id(g): True}
+    stack = [v]
+    order: list[Value] = []
+    seen: set[int] = set()
+    while stack:  # the kernel's expression tree, stopping at other buffers
+        x = stack.pop()
+        if id(x) in seen or id(x) == id(g):
+            continue
+        seen.add(id(x))
+        order.append(x)
+        if id(x) in sched.buffers and x is not v:
+            continue
+        stack.extend(x.srcs)
+    for x in reversed(order):  # sources before users
+        if id(x) in sched.buffers and x is not v:
+            depends[id(x)] = False
+            continue
+        depends[id(x)] = any(depends.get(id(s), False) for s in x.srcs)
+        if group(x.op) is Group.REDUCE:
+            return False
+        if depends[id(x)] and (x.shape != v.shape or group(x.op) not in ELEMENTWISE):
+            return False
+    return depends.get(id(v), False)
+
+
+def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
+                   gemms: dict[int, GemmDesc] | None = None,
+                   fused: set[int] | None = None) -> str:
+    """C for every kernel step, and for the GEMM steps in ``gemms`` (step index ->
+    descriptor; the others stay NumPy calls). A kernel right after a C GEMM that is
+    element-wise over the product runs inside it, per tile (its index is added to
+    ``fused``). When every step is C, ``hg_run`` runs them all in one call."""
+    gemms = gemms if gemms is not None else {}
+    fused = fused if fused is not None else set()
+    fused.clear()
     r = CRenderer(sched, slots)
     parts = [prelude]
-    for step in sched.steps:
+    if gemms:
+        parts += [GEMM_DESC_C.strip(), GEMM_BINDING]
+    names = []
+    steps = sched.steps
+    for i, step in enumerate(steps):
+        if i in fused:
+            continue
         if isinstance(step, KernelPlan):
             parts.append(r.kernel(step))
+            names.append(step.name)
+        elif i in gemms:
+            nxt = steps[i + 1] if i + 1 < len(steps) else None
+            epilogue = None
+            if isinstance(nxt, KernelPlan) and fusable_epilogue(step, nxt, sched):
+                parts.append(r.rows_kernel(nxt, step.value.shape[-1]))
+                epilogue = rows_name(nxt.name)
+                fused.add(i + 1)
+            names.append(gemm_step_name(i))
+            parts.append(render_gemm(names[-1], gemms[i], slots, epilogue))
+    if len(names) + len(fused) == len(steps) and len(names) > 1:
+        parts.append("void hg_run(void **B) {\n"
+                     + "".join(f"  {n}(B);\n" for n in names) + "}")
     return "\n\n".join(parts) + "\n"

@@ -116,6 +116,13 @@ class CUDARenderer(CRenderer):
 
 
 def render_cuda(sched: Schedule, slots: dict[BufRef, int]) -> tuple[str, dict]:
+    """CUDA C for every kernel step of ``sched`` and how each maps onto the grid.
+
+    GEMM steps, 2-D or batched alike, are not rendered: they are library calls
+    (cuBLAS ``gemmStridedBatched`` for a batch, the same strided operand layout
+    ``compiler/gemm_layout.py`` works out for BLAS on the CPU), made by the device
+    runtime between the kernels; the kernels read their results from the GEMM's
+    buffer like any other."""
     r = CUDARenderer(sched, slots)
     parts = [CUDA_PRELUDE]
     for step in sched.steps:

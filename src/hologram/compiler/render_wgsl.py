@@ -45,7 +45,7 @@ from ..isa.dtypes import DType
 from ..isa.dtypes import f32 as F32
 from ..isa.opcodes import Group, Op, group
 from ..isa.value import Value
-from .render_c import CRenderer, Expr, Scope
+from .render_c import ZERO, CRenderer, Expr, Scope
 from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
 
 WORKGROUP = 256  # invocations per workgroup for element-wise and row kernels
@@ -658,12 +658,17 @@ class WGSLRenderer(CRenderer):
 
     # --- GEMM ---------------------------------------------------------------------------
     def render_gemm(self, step: GemmPlan, name: str) -> WGSLKernel:
-        """C = A @ B, blocked: tiles of A and B staged in workgroup memory, a 4x4 block
-        of C per invocation in registers (16 multiply-adds per shared-memory read pair
-        instead of 1, which is what makes it more than barrier-bound).
+        """C[b] = A[b] @ B[b] for every batch index b, blocked: tiles of A and B staged in
+        workgroup memory, a 4x4 block of C per invocation in registers (16 multiply-adds
+        per shared-memory read pair instead of 1, which is what makes it more than
+        barrier-bound).
 
-        Operands are read through their view chains (permute, reshape, expand) by
-        loader functions built with the same emitter as the fused kernels."""
+        The batch is folded into the y grid-stride loop (tile rows of every matrix of
+        the batch, one after another), so any batch size runs in one dispatch; z stays
+        free for the salted runtime zero (``hg_z``). Operands are read through their
+        view chains (permute, reshape, expand) by loader functions built with the same
+        emitter as the fused kernels, given the flat batch index ``gb`` and the row and
+        column; a broadcast (expanded) batch dim costs nothing, the index ignores it."""
         self._kernel = name
         self.used, self.helpers, self.wg_reduce = {}, {}, {}
         self.computing = set()
@@ -671,20 +676,12 @@ class WGSLRenderer(CRenderer):
         self.row, self.row_cands = None, {}
         v = step.value
         a, b = v.srcs
-        m, kk = a.shape
-        n = b.shape[1]
+        *batch, m, kk = a.shape
+        n = b.shape[-1]
+        nb = math.prod(batch)
         t = self.ctype(v.dtype)
-        loaders = []
-        for fn, operand in (("hg_ga", a), ("hg_gb", b)):
-            top = Scope("kernel", None, None)
-            s1 = Scope("outer", "gr", top)
-            s2 = Scope("inner", "gc", s1)
-            x = self.emit(operand, (Expr("gr", frozenset({"gr"})),
-                                    Expr("gc", frozenset({"gc"}))), s2, False)
-            body = top.lines + s1.lines + s2.lines
-            loaders.append(f"fn {fn}(gr: i32, gc: i32) -> f32 {{\n"
-                           + "".join(f"  {ln}\n" for ln in body)
-                           + f"  return f32({x.code});\n}}")
+        loaders = [self._gemm_loader(fn, operand, tuple(batch))
+                   for fn, operand in (("hg_ga", a), ("hg_gb", b))]
         tiles_m, tiles_n = -(-m // BLOCK), -(-n // BLOCK)
         loads = []
         for e in range(BLOCK * TILE // (TILE * TILE)):  # tile elements per invocation
@@ -693,12 +690,12 @@ class WGSLRenderer(CRenderer):
           let ar = idx / {TILE};
           let ak = idx % {TILE};
           var va: f32 = 0.0;
-          if (row0 + ar < {m} && k0 + ak < {kk}) {{ va = hg_ga(row0 + ar, k0 + ak); }}
+          if (row0 + ar < {m} && k0 + ak < {kk}) {{ va = hg_ga(bi, row0 + ar, k0 + ak); }}
           hg_ta[ak * {BLOCK} + ar] = va;
           let bk = idx / {BLOCK};
           let bc = idx % {BLOCK};
           var vb: f32 = 0.0;
-          if (k0 + bk < {kk} && col0 + bc < {n}) {{ vb = hg_gb(k0 + bk, col0 + bc); }}
+          if (k0 + bk < {kk} && col0 + bc < {n}) {{ vb = hg_gb(bi, k0 + bk, col0 + bc); }}
           hg_tb[bk * {BLOCK} + bc] = vb;
         }}""")
         r = BLOCK // TILE  # outputs per invocation along each axis
@@ -709,9 +706,11 @@ class WGSLRenderer(CRenderer):
                for i in range(r) for j in range(r)])
         decls = "\n".join(f"      var c{i}{j}: f32 = 0.0;" for i in range(r) for j in range(r))
         stores = []
+        base = f"bi * {m * n} + " if nb > 1 else ""
         for i in range(r):
             for j in range(r):
-                dst = self.at(step.out, f"(row0 + ly + {TILE * i}) * {n} + col0 + lx + {TILE * j}")
+                dst = self.at(step.out, f"{base}(row0 + ly + {TILE * i}) * {n} + col0 + lx + "
+                                        f"{TILE * j}")
                 stores.append(f"      if (row0 + ly + {TILE * i} < {m} && "
                               f"col0 + lx + {TILE * j} < {n}) {{ {dst} = {t}(c{i}{j}); }}")
         body_loads = "\n".join(loads)
@@ -720,8 +719,9 @@ class WGSLRenderer(CRenderer):
 var<workgroup> hg_tb: array<f32, {BLOCK * TILE}>;  // [k][col] of the B tile
 {loaders[0]}
 {loaders[1]}
-// One workgroup computes a {BLOCK}x{BLOCK} block of C, each invocation {r}x{r} of it
-// (strided by {TILE}), stepping through K in tiles of {TILE} staged in workgroup memory.
+// One workgroup computes a {BLOCK}x{BLOCK} block of one matrix of C, each invocation
+// {r}x{r} of it (strided by {TILE}), stepping through K in tiles of {TILE} staged in
+// workgroup memory. y walks the {nb} matrices' {tiles_m} tile rows each, x the tile columns.
 @compute @workgroup_size({TILE}, {TILE})
 fn {name}(@builtin(local_invocation_id) hg_lid: vec3<u32>,
     @builtin(workgroup_id) hg_wid: vec3<u32>,
@@ -730,9 +730,10 @@ fn {name}(@builtin(local_invocation_id) hg_lid: vec3<u32>,
   let lx = i32(hg_lid.x);
   let ly = i32(hg_lid.y);
   let lid = ly * {TILE} + lx;
-  for (var ty: i32 = i32(hg_wid.y); ty < {tiles_m}; ty += i32(hg_nwg.y)) {{
+  for (var ty: i32 = i32(hg_wid.y); ty < {nb * tiles_m}; ty += i32(hg_nwg.y)) {{
+    let bi = ty / {max(tiles_m, 1)};
+    let row0 = (ty % {max(tiles_m, 1)}) * {BLOCK};
     for (var tx: i32 = i32(hg_wid.x); tx < {tiles_n}; tx += i32(hg_nwg.x)) {{
-      let row0 = ty * {BLOCK};
       let col0 = tx * {BLOCK};
 {decls}
       for (var k0: i32 = 0; k0 < {kk}; k0 += {TILE}) {{
@@ -747,8 +748,26 @@ fn {name}(@builtin(local_invocation_id) hg_lid: vec3<u32>,
     }}
   }}
 }}"""
-        groups = (min(max(1, tiles_n), MAX_GROUPS), min(max(1, tiles_m), MAX_GROUPS), 1)
+        groups = (min(max(1, tiles_n), MAX_GROUPS), min(max(1, nb * tiles_m), MAX_GROUPS), 1)
         return WGSLKernel(name, self.module(entry), sorted(self.used), groups)
+
+    def _gemm_loader(self, fn: str, operand: Value, batch: tuple[int, ...]) -> str:
+        """``fn(gb, gr, gc)``: element (gr, gc) of matrix ``gb`` (the flat batch index)
+        of a GEMM operand, read through its view chain by the fused-kernel emitter."""
+        top = Scope("kernel", None, None)
+        s0 = Scope("outer", "gb", top)
+        s1 = Scope("outer", "gr", s0)
+        s2 = Scope("inner", "gc", s1)
+        gb = frozenset({"gb"})
+        idx = [ZERO if size == 1 else
+               Expr("gb" if len(batch) == 1 else f"(gb / {st} % {size})", gb)
+               for size, st in zip(batch, self.strides(batch), strict=True)]
+        idx += [Expr("gr", frozenset({"gr"})), Expr("gc", frozenset({"gc"}))]
+        x = self.emit(operand, tuple(idx), s2, False)
+        body = top.lines + s0.lines + s1.lines + s2.lines
+        return (f"fn {fn}(gb: i32, gr: i32, gc: i32) -> f32 {{\n"
+                + "".join(f"  {ln}\n" for ln in body)
+                + f"  return f32({x.code});\n}}")
 
 
 def _helper_order(helpers: dict[str, None]) -> list[str]:

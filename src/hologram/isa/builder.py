@@ -120,7 +120,29 @@ def reduce(op: Op, x: Value, axes: int | Sequence[int] | None = None,
 
 
 def gemm(a: Value, b: Value) -> Value:
+    """The GEMM instruction as the ISA has it: ``[*batch, m, k] @ [*batch, k, n]`` with
+    equal batch dims (use :func:`matmul` for NumPy's broadcasting rules)."""
     return make(Op.GEMM, (a, b))
+
+
+def matmul(a: Value, b: Value) -> Value:
+    """``np.matmul(a, b)``: a 1-D operand is a row (a) or column (b) vector whose
+    size-1 axis leaves the result, and the batch dims broadcast, spelled as explicit
+    RESHAPE/EXPAND before one GEMM (the ISA GEMM itself takes equal batch dims)."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul needs operands of rank >= 1, got {list(a.shape)} @ "
+                         f"{list(b.shape)}")
+    row, col = a.ndim == 1, b.ndim == 1
+    if row:
+        a = reshape(a, (1, *a.shape))
+    if col:
+        b = reshape(b, (*b.shape, 1))
+    if a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"matmul inner sizes differ: {list(a.shape)} @ {list(b.shape)}")
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2])
+    r = gemm(expand(a, (*batch, *a.shape[-2:])), expand(b, (*batch, *b.shape[-2:])))
+    m, n = r.shape[-2:]
+    return reshape(r, (*batch, *(() if row else (m,)), *(() if col else (n,))))
 
 
 Operand = Union["Var", Value, float, int, bool]
@@ -184,7 +206,7 @@ class Var:
     def __gt__(self, o: Operand) -> Var: return self._bin(Op.CMPLT, o, True)
     def __neg__(self) -> Var: return Var(unary(Op.NEG, self.v))
     def __abs__(self) -> Var: return Var(unary(Op.ABS, self.v))
-    def __matmul__(self, o: Var) -> Var: return Var(gemm(self.v, o.v))
+    def __matmul__(self, o: Var) -> Var: return Var(matmul(self.v, o.v))
 
     def eq(self, o: Operand) -> Var: return self._bin(Op.CMPEQ, o)
     def minimum(self, o: Operand) -> Var: return self._bin(Op.MIN, o)
@@ -269,6 +291,6 @@ def program(fn, in_specs: Sequence[tuple[DType | str, Shape]], name: str = ""):
 
 __all__ = [
     "Var", "broadcast_shape", "cast", "const", "dtypes", "elementwise", "expand", "gemm",
-    "ldg", "ldg_phi", "make", "permute", "program", "reduce", "reshape", "stg", "stg_phi",
-    "unary",
+    "ldg", "ldg_phi", "make", "matmul", "permute", "program", "reduce", "reshape", "stg",
+    "stg_phi", "unary",
 ]

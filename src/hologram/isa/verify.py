@@ -156,16 +156,26 @@ def _movement(op, srcs, attrs, dtype, shape):
 
 
 def _gemm(op, srcs, attrs, dtype, shape):
+    """``[*batch, m, k] @ [*batch, k, n] -> [*batch, m, n]``. The batch dims must be
+    equal: a broadcast batch is an explicit EXPAND before the GEMM (as the builder's
+    ``matmul`` writes it), so backends never guess which operand repeats."""
     a, b = srcs
     if a.dtype is not b.dtype:
         raise RuleError(f"gemm operands differ in dtype ({a.dtype} vs {b.dtype})")
     if not a.dtype.is_float:
         raise RuleError(f"gemm needs a floating-point dtype, got {a.dtype}")
-    if a.ndim != 2 or b.ndim != 2:
-        raise RuleError(f"gemm needs 2-D operands, got {list(a.shape)} and {list(b.shape)}")
-    if a.shape[1] != b.shape[0]:
+    if a.ndim < 2 or b.ndim < 2:
+        raise RuleError(f"gemm needs operands of rank >= 2 ([*batch, m, k] @ [*batch, k, n]), "
+                        f"got {list(a.shape)} and {list(b.shape)}")
+    if a.ndim != b.ndim:
+        raise RuleError(f"gemm operands differ in rank: {list(a.shape)} @ {list(b.shape)} "
+                        "(expand the batch dims to one shape first)")
+    if a.shape[:-2] != b.shape[:-2]:
+        raise RuleError(f"gemm batch dims differ: {list(a.shape[:-2])} vs {list(b.shape[:-2])} "
+                        f"in {list(a.shape)} @ {list(b.shape)} (expand them to one shape first)")
+    if a.shape[-1] != b.shape[-2]:
         raise RuleError(f"gemm inner sizes differ: {list(a.shape)} @ {list(b.shape)}")
-    return a.dtype, (a.shape[0], b.shape[1])
+    return a.dtype, (*a.shape[:-1], b.shape[-1])
 
 
 RULES: dict[Group, Callable[..., tuple[DType, Shape]]] = {

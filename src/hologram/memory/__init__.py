@@ -1,4 +1,4 @@
-"""Host memory for an Executor: the boundary pool for small buffers, the linear pool for the rest.
+"""Memory for an Executor: the boundary pool for small buffers, the linear pool for the rest.
 
 Why two pools: small buffers (up to 48 classes, 576 KiB) go to the fixed
 boundary arena, which stays in L2 and which programs can address by
@@ -10,6 +10,12 @@ give it back with :meth:`MemoryManager.free`.
 Only the linear pool counts against the limit: the arena is allocated once
 at a fixed size, so limiting it would only make allocation fail while
 memory that is already paid for sits unused.
+
+Host or device: the pools only ask an allocator for bytes. By default that is
+host memory (64-byte-aligned NumPy arrays); an executor whose backend has its
+own memory (WebGPU) passes ``device_allocator(memory)``, and the same pools,
+limit and statistics then manage device buffers, as ``DeviceArray`` windows
+(:mod:`hologram.memory.device`).
 """
 
 from __future__ import annotations
@@ -17,23 +23,25 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-import numpy as np
-
 from ..errors import BufferStateError
 from .boundary import (
+    ALIGNMENT,
     CLASS_BYTES,
     MAX_RUN,
     NUM_CLASSES,
     PAGE_BYTES,
     PAGES,
+    Allocator,
     BoundaryPool,
     aligned_empty,
 )
+from .device import DeviceArray, DeviceMemory, device_allocator
 from .linear import LinearPool, bin_size, check_nbytes
 
 
 class Block:
-    """One allocation: a uint8 array of exactly ``nbytes`` and where it came from.
+    """One allocation: a uint8 array (host ndarray or DeviceArray) of exactly ``nbytes``
+    and where it came from.
 
     ``pool`` is 'boundary', 'linear' or 'none' (zero bytes); ``start_class`` is
     the first boundary class for boundary blocks, else None. A Block is a
@@ -42,7 +50,7 @@ class Block:
 
     __slots__ = ("array", "nbytes", "pool", "start_class")
 
-    def __init__(self, array: np.ndarray, nbytes: int, pool: str,
+    def __init__(self, array: Any, nbytes: int, pool: str,
                  start_class: int | None = None) -> None:
         self.array = array
         self.nbytes = nbytes
@@ -60,14 +68,16 @@ class MemoryManager:
     """Both pools behind one ``allocate``/``free`` interface, with combined statistics.
 
     ``limit``: bytes the linear pool may hold (live + cached) before allocation
-    raises OutOfMemoryError; None for no limit.
+    raises OutOfMemoryError; None for no limit. ``allocator``: where both pools'
+    bytes come from (host memory by default; see :func:`device_allocator`).
     """
 
-    __slots__ = ("_boundary", "_linear", "_live", "_peak")
+    __slots__ = ("_boundary", "_linear", "_live", "_peak", "_allocator")
 
-    def __init__(self, limit: int | None = None) -> None:
-        self._boundary = BoundaryPool()
-        self._linear = LinearPool(limit=limit)
+    def __init__(self, limit: int | None = None, allocator: Allocator = aligned_empty) -> None:
+        self._allocator = allocator
+        self._boundary = BoundaryPool(allocator)
+        self._linear = LinearPool(limit=limit, allocator=allocator)
         # id(block) -> block for every live block; holding the block keeps its id
         # unique, and a block that is missing here has been freed (or is foreign).
         self._live: dict[int, Block] = {}
@@ -80,7 +90,7 @@ class MemoryManager:
         if nbytes == 0:
             # A fresh (writable) empty array per block: a shared read-only one would
             # make writes of zero elements and DLPack export fail.
-            block = Block(np.empty(0, dtype=np.uint8), 0, "none")
+            block = Block(self._allocator(0, ALIGNMENT), 0, "none")
         else:
             start = self._boundary.alloc(nbytes)
             if start is not None:
@@ -140,8 +150,9 @@ class MemoryManager:
         self._linear.limit = value
 
     @property
-    def arena(self) -> np.ndarray:
-        """The boundary arena as a uint8 array: what Φ addresses index."""
+    def arena(self) -> Any:
+        """The boundary arena as a uint8 array (host ndarray or DeviceArray): what Φ
+        addresses index."""
         return self._boundary.arena
 
     @property
@@ -180,15 +191,20 @@ class MemoryManager:
 
 
 __all__ = [
+    "ALIGNMENT",
     "CLASS_BYTES",
     "MAX_RUN",
     "NUM_CLASSES",
     "PAGES",
     "PAGE_BYTES",
+    "Allocator",
     "Block",
     "BoundaryPool",
+    "DeviceArray",
+    "DeviceMemory",
     "LinearPool",
     "MemoryManager",
     "aligned_empty",
     "bin_size",
+    "device_allocator",
 ]

@@ -19,6 +19,7 @@ calls under its lock.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,10 @@ ALIGNMENT: int = 64  # cache line and AVX-512 vector width: kernels may use alig
 assert PAGES * PAGE_BYTES == CLASS_BYTES
 
 _ALL_FREE: int = (1 << NUM_CLASSES) - 1
+
+# ``(nbytes, alignment) -> uint8 array``: where the pools get their bytes. The host's
+# is ``aligned_empty``; a device's is ``memory.device.device_allocator(memory)``.
+Allocator = Callable[[int, int], Any]
 
 
 def aligned_empty(nbytes: int, alignment: int = ALIGNMENT) -> np.ndarray:
@@ -64,6 +69,9 @@ class BoundaryPool:
     A buffer takes one class, or a run of consecutive classes when it is
     larger than a class (up to ``MAX_RUN`` classes), so its bytes are
     contiguous and one Φ address plus an offset reaches all of them.
+
+    ``allocator`` provides the arena (host memory by default; a device allocator
+    makes the arena one device buffer, addressed the same way).
     """
 
     NUM_CLASSES = NUM_CLASSES
@@ -75,8 +83,8 @@ class BoundaryPool:
 
     __slots__ = ("_arena", "_free", "_runs", "_bytes_in_use", "_classes_used", "_peak_classes")
 
-    def __init__(self) -> None:
-        self._arena: np.ndarray = aligned_empty(NUM_CLASSES * CLASS_BYTES)
+    def __init__(self, allocator: Allocator = aligned_empty) -> None:
+        self._arena: Any = allocator(NUM_CLASSES * CLASS_BYTES, ALIGNMENT)
         self._arena.fill(0)  # touch the pages once so first use does not fault
         self._free: int = _ALL_FREE
         # start class -> (number of classes, requested bytes)
@@ -87,8 +95,9 @@ class BoundaryPool:
 
     # --- properties ---------------------------------------------------------------
     @property
-    def arena(self) -> np.ndarray:
-        """The whole arena as a uint8 array (what Φ addresses index)."""
+    def arena(self) -> Any:
+        """The whole arena as a uint8 array (what Φ addresses index): an ndarray on the
+        host, a ``DeviceArray`` on a device."""
         return self._arena
 
     @property
@@ -204,7 +213,7 @@ class BoundaryPool:
         return bool(self._free >> cls & 1)
 
     # --- addressing ---------------------------------------------------------------
-    def view(self, start: int, nbytes: int) -> np.ndarray:
+    def view(self, start: int, nbytes: int) -> Any:
         """``nbytes`` of the arena from class ``start`` as a uint8 view (no copy)."""
         start = _as_int("start", start)
         nbytes = _as_int("nbytes", nbytes)

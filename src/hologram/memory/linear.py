@@ -17,8 +17,10 @@ only if that is not enough does allocation fail, with OutOfMemoryError
 saying what was asked, what is in use and the limit. The pool's state is
 untouched by a failed request, so it keeps working.
 
-Blocks are 64-byte aligned (cache line, widest vector loads). Not
-thread-safe on its own; the Executor serialises calls under its lock.
+Blocks are 64-byte aligned (cache line, widest vector loads). The bytes come
+from an allocator: host memory by default, or a device's (then each block is
+one device buffer and the pool, its bins, limit and statistics are the same).
+Not thread-safe on its own; the Executor serialises calls under its lock.
 """
 
 from __future__ import annotations
@@ -26,10 +28,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-import numpy as np
-
 from ..errors import ArgumentTypeError, ArgumentValueError, BufferStateError, OutOfMemoryError
-from .boundary import ALIGNMENT, aligned_empty
+from .boundary import ALIGNMENT, Allocator, aligned_empty
 
 SMALL_GRANULARITY: int = 512
 SMALL_LIMIT: int = 64 * 1024
@@ -74,19 +74,24 @@ def check_nbytes(nbytes: Any) -> int:
 
 
 class LinearPool:
-    """A caching allocator: ``alloc`` returns uint8 arrays, ``free`` caches their blocks."""
+    """A caching allocator: ``alloc`` returns uint8 arrays, ``free`` caches their blocks.
+
+    ``allocator`` (``(nbytes, alignment) -> uint8 array``) provides new blocks;
+    a MemoryError from it means the memory itself is exhausted.
+    """
 
     __slots__ = ("_limit", "_cache", "_live", "_allocated", "_cached", "_peak",
-                 "_num_allocs", "_num_hits")
+                 "_num_allocs", "_num_hits", "_allocator")
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self, limit: int | None = None, allocator: Allocator = aligned_empty) -> None:
         self._limit: int | None = _check_limit(limit)
-        self._cache: dict[int, list[np.ndarray]] = {}  # bin size -> free blocks
+        self._allocator = allocator
+        self._cache: dict[int, list[Any]] = {}  # bin size -> free blocks
         # id(handed-out array) -> (that array, its block). Keeping the array in the
         # entry stops its id being reused while it is live, and keying by the
         # handed-out object (not the address) catches a stale array freed after its
         # block went to someone else.
-        self._live: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._live: dict[int, tuple[Any, Any]] = {}
         self._allocated: int = 0  # bin bytes of live blocks
         self._cached: int = 0  # bin bytes of cached blocks
         self._peak: int = 0
@@ -111,7 +116,7 @@ class LinearPool:
         return self._allocated
 
     # --- allocation ---------------------------------------------------------------
-    def alloc(self, nbytes: int) -> np.ndarray:
+    def alloc(self, nbytes: int) -> Any:
         """A uint8 array of exactly ``nbytes`` (a view of a bin-sized, aligned block)."""
         nbytes = check_nbytes(nbytes)
         size = bin_size(nbytes)
@@ -130,15 +135,16 @@ class LinearPool:
                         f"{self._allocated} bytes in use, limit {limit} bytes"
                     )
             try:
-                block = aligned_empty(size, ALIGNMENT)
-            except MemoryError as e:  # the system itself is out of memory
+                block = self._allocator(size, ALIGNMENT)
+            except MemoryError as e:  # the system (or device) itself is out of memory
                 self.empty_cache()
                 try:
-                    block = aligned_empty(size, ALIGNMENT)
-                except MemoryError:
+                    block = self._allocator(size, ALIGNMENT)
+                except MemoryError as e2:
+                    why = f": {e2}" if str(e2) else ""
                     raise OutOfMemoryError(
                         f"linear pool: the system could not provide {nbytes} bytes "
-                        f"({self._allocated} bytes in use)"
+                        f"({self._allocated} bytes in use){why}"
                     ) from e
         self._allocated += size
         if self._allocated > self._peak:
@@ -148,7 +154,7 @@ class LinearPool:
         self._live[id(arr)] = (arr, block)
         return arr
 
-    def free(self, arr: np.ndarray) -> None:
+    def free(self, arr: Any) -> None:
         """Return the block of ``arr`` (an array ``alloc`` returned) to the cache."""
         entry = self._live.get(id(arr))
         if entry is None or entry[0] is not arr:
@@ -167,7 +173,7 @@ class LinearPool:
         self._cache.clear()
         self._cached = 0
 
-    def owns(self, arr: np.ndarray) -> bool:
+    def owns(self, arr: Any) -> bool:
         """Whether ``arr`` is a live array handed out by this pool."""
         entry = self._live.get(id(arr))
         return entry is not None and entry[0] is arr

@@ -23,6 +23,19 @@ def clip(x: Var, lo: float, hi: float) -> Var:
     return x.maximum(lo).minimum(hi)
 
 
+def sigmoid(x: Var) -> Var:
+    """1 / (1 + exp(-x)) in primitives (neg, exp, add, div).
+
+    The same expression, in the same order, that the single ``Op.SIGMOID``
+    instruction renders to, so the fused kernel is the same loop and the same
+    bits; written out, it is a composite whose primitives fusion folds into one
+    launch, and canonicalization and fusion see through it when sigmoid is part
+    of a larger traced function. Saturates like NumPy's ``1 / (1 + np.exp(-x))``:
+    exp overflows to inf for very negative x and the result is 0 (not a denormal).
+    """
+    return 1.0 / (1.0 + (-x).exp())
+
+
 def gelu_tanh(x: Var) -> Var:
     inner = SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))
     return 0.5 * x * (1.0 + inner.tanh())

@@ -100,7 +100,7 @@ vector_max = _binary("vector_max", lambda a, b: a.maximum(b))
 vector_abs = _unary("vector_abs", abs)
 vector_neg = _unary("vector_neg", lambda a: -a)
 vector_relu = _unary("vector_relu", C.relu)
-sigmoid = _unary("sigmoid", lambda a: a.sigmoid())
+sigmoid = _unary("sigmoid", C.sigmoid)
 tanh = _unary("tanh", lambda a: a.tanh())
 
 

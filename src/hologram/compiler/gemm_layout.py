@@ -1,0 +1,175 @@
+"""How a GEMM's operands sit in memory, for a BLAS call that reads them in place.
+
+A GEMM operand is a view chain (reshape, permute, expand) over a materialized
+buffer. BLAS reads a matrix given a pointer, a leading dimension and a
+transpose flag, so a chain can be handed over without a copy exactly when its
+last two axes have one unit stride between them; batch axes may have any
+stride (0 for a broadcast one). ``gemm_desc`` works that out at compile time,
+where shapes are known, and returns None when BLAS cannot read the view (the
+backend then falls back to NumPy's matmul, which copies).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..isa.opcodes import Op
+from ..isa.value import Value
+from .schedule import BufRef
+
+#: Batch axes the runtime's descriptor has room for (contiguous ones are merged first).
+MAX_BATCH_DIMS = 6
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Strided:
+    """A strided view (in elements) of buffer ``ref``, starting ``offset`` elements in."""
+
+    ref: BufRef
+    offset: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One matrix operand as BLAS takes it, plus its per-batch-axis strides."""
+
+    ref: BufRef
+    offset: int  # elements
+    trans: bool
+    ld: int
+    batch_strides: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GemmDesc:
+    """Everything the C GEMM driver needs for ``C[b] = A[b] @ B[b]`` over a batch."""
+
+    dtype: str  # 'f32' | 'f64'
+    batch: tuple[int, ...]  # merged batch shape (empty for a plain product)
+    m: int
+    n: int
+    k: int
+    a: Operand
+    b: Operand
+    c: Operand
+
+    @property
+    def flops(self) -> int:
+        nb = 1
+        for s in self.batch:
+            nb *= s
+        return 2 * nb * self.m * self.n * self.k
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(out[::-1])
+
+
+def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
+    """The strided view a chain of movement ops over a buffer amounts to, or None
+    when a reshape would need a copy (NumPy's rule: only reshape contiguous data)."""
+    chain: list[Value] = []
+    while id(v) not in buffers:
+        if v.op not in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND):
+            return None
+        chain.append(v)
+        v = v.srcs[0]
+    ref = buffers[id(v)]
+    if ref.kind == "arena":
+        if ref.offset % ref.dtype.itemsize:
+            return None
+        offset = ref.offset // ref.dtype.itemsize
+    else:
+        offset = 0
+    shape, strides = ref.shape, contiguous_strides(ref.shape)
+    for m in reversed(chain):
+        if m.op is Op.RESHAPE:
+            if not _dense(shape, strides):
+                return None
+            shape, strides = m.shape, contiguous_strides(m.shape)
+        elif m.op is Op.PERMUTE:
+            perm = m.attr("perm")
+            shape = tuple(shape[p] for p in perm)
+            strides = tuple(strides[p] for p in perm)
+        else:  # EXPAND: new leading axes and grown size-1 axes read the same element
+            lead = len(m.shape) - len(shape)
+            old_shape, old_strides = (1,) * lead + shape, (0,) * lead + strides
+            shape = m.shape
+            strides = tuple(0 if o == 1 and s != 1 else st
+                            for o, s, st in zip(old_shape, shape, old_strides, strict=True))
+    return Strided(ref, offset, tuple(shape), tuple(strides))
+
+
+def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """True if the view is C-contiguous (size-1 axes may have any stride)."""
+    want = contiguous_strides(shape)
+    return all(s == 1 or st == w for s, st, w in zip(shape, strides, want, strict=True))
+
+
+def _matrix(view: Strided, rows: int, cols: int) -> tuple[bool, int] | None:
+    """(transposed, leading dimension) for the last two axes, or None."""
+    sr, sc = view.strides[-2], view.strides[-1]
+    if sc == 1 or cols == 1:  # row-major rows
+        ld = sr if rows > 1 else cols
+        if ld >= max(1, cols):
+            return False, ld
+    if sr == 1 or rows == 1:  # column-major: BLAS reads it transposed
+        ld = sc if cols > 1 else rows
+        if ld >= max(1, rows):
+            return True, ld
+    return None
+
+
+def _merge_batch(shape: tuple[int, ...], per_operand: list[tuple[int, ...]]
+                 ) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """Drop size-1 batch axes and merge neighbours every operand steps through evenly."""
+    dims = [(s, [st[i] for st in per_operand]) for i, s in enumerate(shape) if s != 1]
+    merged: list[tuple[int, list[int]]] = []
+    for s, sts in dims:
+        if merged:
+            ps, psts = merged[-1]
+            if all(p == q * s for p, q in zip(psts, sts, strict=True)):
+                merged[-1] = (ps * s, sts)
+                continue
+        merged.append((s, sts))
+    new_shape = tuple(s for s, _ in merged)
+    strides = [tuple(sts[j] for _, sts in merged) for j in range(len(per_operand))]
+    return new_shape, strides
+
+
+def gemm_desc(v: Value, buffers: dict[int, BufRef], out: BufRef,
+              int64: bool) -> GemmDesc | None:
+    """The BLAS-ready description of GEMM ``v`` writing ``out``, or None if BLAS
+    cannot read the operands in place (or the dtype has no BLAS routine)."""
+    if v.dtype.name not in ("f32", "f64"):
+        return None
+    a, b = (strided(s, buffers) for s in v.srcs)
+    if a is None or b is None:
+        return None
+    *batch, m, k = a.shape
+    n = b.shape[-1]
+    la, lb = _matrix(a, m, k), _matrix(b, k, n)
+    if la is None or lb is None:
+        return None
+    c_strides = contiguous_strides(v.shape)
+    c_off = out.offset // out.dtype.itemsize if out.kind == "arena" else 0
+    if out.kind == "arena" and out.offset % out.dtype.itemsize:
+        return None
+    nbd = len(batch)
+    shape, (sa, sb, sc) = _merge_batch(tuple(batch), [a.strides[:nbd], b.strides[:nbd],
+                                                      c_strides[:nbd]])
+    if len(shape) > MAX_BATCH_DIMS:
+        return None
+    if not int64 and max(m, n, k, la[1], lb[1], max(n, 1)) > _INT32_MAX:
+        return None
+    return GemmDesc(v.dtype.name, shape, m, n, k,
+                    Operand(a.ref, a.offset, la[0], la[1], sa),
+                    Operand(b.ref, b.offset, lb[0], lb[1], sb),
+                    Operand(out, c_off, False, max(n, 1), sc))

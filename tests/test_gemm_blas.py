@@ -1,0 +1,196 @@
+"""GEMM through NumPy's BLAS called from hologram's OpenMP tiles (compiler/blas.py).
+
+Every case runs the compiled program against NumPy in float64; the layouts cover
+what BLAS can read in place (row-major, transposed, offset into the arena) and
+what it cannot (broadcast rows), which must fall back to np.matmul and still agree.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import hologram
+from hologram.compiler import blas
+from hologram.compiler.gemm_layout import contiguous_strides, gemm_desc
+from hologram.isa.builder import program
+from hologram.isa.dtypes import f32
+
+needs_blas = pytest.mark.skipif(blas.numpy_blas()[0] is None,
+                                reason=f"no BLAS driver: {blas.numpy_blas()[1]}")
+
+
+def _check(fn, *arrays, rtol=None, ref=None):
+    got = hologram.jit(fn)(*arrays)
+    want = (ref or fn)(*[a.astype(np.float64) for a in arrays])
+    assert got.shape == want.shape
+    tol = rtol if rtol is not None else (1e-5 if arrays[0].dtype == np.float32 else 1e-12)
+    scale = max(1.0, float(np.abs(want).max(initial=0)))
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale * max(1, arrays[0].shape[-1]))
+
+
+SHAPES = [(3, 4, 5), (1, 7, 1), (0, 3, 4), (5, 0, 6), (4, 3, 0), (256, 256, 256),
+          (1024, 40, 8), (8, 40, 1024), (33, 17, 65)]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_plain_and_transposed(m, k, n, dt):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    _check(lambda x, y: x @ y, a, b)
+    _check(lambda x, y: (x @ y) * 2 + 1, a, b)  # with an epilogue kernel after it
+    _check(lambda x, y: x.T @ y, np.ascontiguousarray(a.T), b)
+    _check(lambda x, y: x @ y.T, a, np.ascontiguousarray(b.T))
+    _check(lambda x, y: x.T @ y.T, np.ascontiguousarray(a.T), np.ascontiguousarray(b.T))
+
+
+def test_nan_inf_propagate():
+    a = np.ones((64, 64), np.float32)
+    b = np.ones((64, 64), np.float32)
+    a[3, 5] = np.nan
+    b[7, 9] = np.inf
+    got = hologram.jit(lambda x, y: x @ y)(a, b)
+    want = a @ b
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+
+
+def test_broadcast_operand_falls_back_and_agrees():
+    """An expanded (stride-0) matrix is no BLAS layout: np.matmul runs it instead."""
+    rng = np.random.default_rng(1)
+    row = rng.standard_normal((1, 16)).astype(np.float32)
+    b = rng.standard_normal((16, 8)).astype(np.float32)
+    _check(lambda x, y: x.expand((32, 16)) @ y, row, b,
+           ref=lambda x, y: np.broadcast_to(x, (32, 16)) @ y)
+
+
+def test_desc_layouts():
+    p = program(lambda x, y: x.T @ y, [(f32, (8, 4)), (f32, (8, 6))])
+    from hologram.compiler.canonicalize import canonicalize
+    from hologram.compiler.schedule import GemmPlan, plan
+
+    canon, _ = canonicalize(p)
+    sched = plan(canon, set())
+    step = next(s for s in sched.steps if isinstance(s, GemmPlan))
+    d = gemm_desc(step.value, sched.buffers, step.out, True)
+    assert d is not None
+    assert (d.m, d.n, d.k) == (4, 6, 8)
+    assert d.a.trans and d.a.ld == 4 and not d.b.trans and d.b.ld == 6
+    assert contiguous_strides((2, 3, 4)) == (12, 4, 1)
+
+
+@needs_blas
+def test_kernels_call_the_driver():
+    a = np.ones((8, 8), np.float32)
+    src = hologram.jit(lambda x, y: x @ y + 1).explain(a, a)
+    assert "hg_gemm_rt(&d" in src and "(hg_epilogue_fn)k1_rows" in src
+    assert "kernel launches 2 -> 1" in src  # the epilogue runs inside the GEMM, per tile
+    src = hologram.jit(lambda x, y: (x @ y).sum(axis=1) + 1).explain(a, a)
+    assert "void hg_run(void **B)" in src and "_rows" not in src
+
+
+def _gelu(v):
+    return 0.5 * v * (1 + (0.7978845608 * (v + 0.044715 * v * v * v)).tanh())
+
+
+def _np_gelu(v):
+    return 0.5 * v * (1 + np.tanh(0.7978845608 * (v + 0.044715 * v * v * v)))
+
+
+@pytest.mark.parametrize("m,k,n", [(300, 70, 90), (20, 64, 700), (1, 5, 3), (257, 33, 1)])
+def test_epilogues_fused_or_not_agree(m, k, n):
+    """Row tiles (m >= n), column tiles (m < n: the epilogue runs after all tiles), and
+    epilogues that must not run per tile (reductions over, or permutes of, the product)."""
+    rng = np.random.default_rng(m + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    _check(lambda x, y, z: _gelu(x @ y + z), a, b, bias,
+           ref=lambda x, y, z: _np_gelu(x @ y + z))
+    _check(lambda x, y, z: (x @ y + z) * (x @ y), a, b, bias)
+    _check(lambda x, y, z: ((x @ y) * 2).T + 1, a, b, bias,
+           ref=lambda x, y, z: ((x @ y) * 2).T + 1)
+    _check(lambda x, y, z: (x @ y) - (x @ y).max(axis=1, keepdims=True), a, b, bias,
+           ref=lambda x, y, z: (x @ y) - (x @ y).max(axis=1, keepdims=True))
+
+
+def _blas_threads() -> int:
+    found = blas.numpy_blas()[0]
+    lib = ctypes.CDLL(found.path)
+    for name in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                 "openblas_get_num_threads"):
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            return fn()
+    pytest.skip("no openblas_get_num_threads")
+
+
+@needs_blas
+def test_blas_thread_count_restored_under_concurrency():
+    before = _blas_threads()
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((192, 160)).astype(np.float32)
+    b = rng.standard_normal((160, 176)).astype(np.float32)
+    want = a.astype(np.float64) @ b
+    f = hologram.jit(lambda x, y: x @ y)
+    errors: list[BaseException] = []
+
+    def work():
+        try:
+            for _ in range(20):
+                np.testing.assert_allclose(f(a, b), want, rtol=1e-4, atol=1e-3)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    assert _blas_threads() == before
+
+
+def test_numpy_fallback_env_gives_same_results():
+    code = ("import numpy as np, hologram\n"
+            "from hologram.compiler import blas\n"
+            "print(blas.describe())\n"
+            "a = np.arange(12, dtype=np.float32).reshape(3, 4)\n"
+            "print(hologram.jit(lambda x, y: x @ y.T)(a, a).sum())\n")
+    env = {**os.environ, "HOLOGRAM_GEMM": "numpy"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout.split("\n")
+    assert out[0].startswith("np.matmul (HOLOGRAM_GEMM=numpy)")
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert float(out[1]) == float((a @ a.T).sum())
+
+
+@pytest.mark.parametrize("ashape,bshape", [((4, 8, 16), (4, 16, 5)), ((2, 3, 33, 7), (2, 3, 7, 40)),
+                                           ((3, 1, 6), (3, 6, 1)), ((0, 4, 5), (0, 5, 6)),
+                                           ((5, 64, 64), (5, 64, 64))])
+def test_batched(ashape, bshape):
+    rng = np.random.default_rng(len(ashape))
+    a = rng.standard_normal(ashape).astype(np.float32)
+    b = rng.standard_normal(bshape).astype(np.float32)
+    _check(lambda x, y: x @ y, a, b)
+    _check(lambda x, y: (x @ y) * 0.5 + 1, a, b)
+
+
+def test_batched_transposed_and_broadcast():
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((2, 3, 10, 8)).astype(np.float32)  # attention-like
+    k = rng.standard_normal((2, 3, 12, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    _check(lambda x, y: x @ y.permute((0, 1, 3, 2)), q, k,
+           ref=lambda x, y: x @ y.transpose(0, 1, 3, 2))
+    _check(lambda x, y: x @ y.expand((2, 3, 8, 6)), q, w,
+           ref=lambda x, y: x @ y)
