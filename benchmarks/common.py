@@ -109,10 +109,16 @@ def measure(fn: Callable[[], Any], *, repeat: int = 7, warmup: int = 2, inner: i
 
 
 def measure_interleaved(fns: dict[str, Callable[[], Any]], *, repeat: int = 7,
-                        warmup_s: float = 0.25, sample_s: float = 0.02) -> dict[str, Timing]:
+                        warmup_s: float = 0.25, sample_s: float = 0.02,
+                        settle_s: float = 0.0) -> dict[str, Timing]:
     """Time several functions with their samples interleaved (a, b, c, b, c, a, ...), so a
     transient disturbance (another process, frequency changes) hits all of them alike:
-    the right method when the claim is a small ratio ("within 5% of NumPy")."""
+    the right method when the claim is a small ratio ("within 5% of NumPy").
+
+    ``settle_s``: pause this long (then make one untimed call) before each sample, so
+    thread pools the previous function left spinning (OpenBLAS's spin ~0.1 s after a
+    call) are idle again and each function is timed as it runs in a loop of its own.
+    """
     inner = {}
     for name, fn in fns.items():  # warm-up and loop length per function
         warm = measure(fn, repeat=1, warmup_s=warmup_s, sample_s=sample_s)
@@ -122,6 +128,9 @@ def measure_interleaved(fns: dict[str, Callable[[], Any]], *, repeat: int = 7,
     for i in range(repeat):
         order = names[i % len(names):] + names[:i % len(names)]
         for name in order:
+            if settle_s:
+                time.sleep(settle_s)
+                fns[name]()
             samples[name].append(_loop(fns[name], inner[name]) / 1e9 / inner[name])
     return {k: from_samples(v, inner[k]) for k, v in samples.items()}
 

@@ -194,3 +194,27 @@ def test_batched_transposed_and_broadcast():
            ref=lambda x, y: x @ y.transpose(0, 1, 3, 2))
     _check(lambda x, y: x @ y.expand((2, 3, 8, 6)), q, w,
            ref=lambda x, y: x @ y)
+
+
+def test_nocopy_reshape_matches_numpy_views():
+    """Every reshape of a transposed array: strides when NumPy makes a view, None when
+    NumPy has to copy."""
+    import itertools
+
+    from hologram.compiler.gemm_layout import nocopy_reshape
+
+    news = [(24,), (4, 6), (6, 4), (2, 12), (12, 2), (2, 3, 4), (4, 3, 2), (1, 24), (24, 1),
+            (2, 2, 6), (6, 2, 2), (3, 2, 4)]
+    for shape in [(4, 6), (2, 3, 4), (6, 1, 4), (3, 8), (2, 2, 6)]:
+        x = np.arange(24).reshape(shape)
+        for perm in itertools.permutations(range(len(shape))):
+            v = x.transpose(perm)
+            strides = tuple(s // v.itemsize for s in v.strides)
+            for new in news:
+                st = nocopy_reshape(v.shape, strides, new)
+                want = v.reshape(new)
+                if st is None:
+                    assert not np.shares_memory(want, x), (shape, perm, new)
+                else:
+                    got = np.lib.stride_tricks.as_strided(x, new, [s * x.itemsize for s in st])
+                    np.testing.assert_array_equal(got, want)

@@ -91,9 +91,10 @@ def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
     shape, strides = ref.shape, contiguous_strides(ref.shape)
     for m in reversed(chain):
         if m.op is Op.RESHAPE:
-            if not _dense(shape, strides):
+            new = nocopy_reshape(shape, strides, m.shape)
+            if new is None:
                 return None
-            shape, strides = m.shape, contiguous_strides(m.shape)
+            shape, strides = m.shape, new
         elif m.op is Op.PERMUTE:
             perm = m.attr("perm")
             shape = tuple(shape[p] for p in perm)
@@ -107,10 +108,38 @@ def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
     return Strided(ref, offset, tuple(shape), tuple(strides))
 
 
-def _dense(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """True if the view is C-contiguous (size-1 axes may have any stride)."""
-    want = contiguous_strides(shape)
-    return all(s == 1 or st == w for s, st, w in zip(shape, strides, want, strict=True))
+def nocopy_reshape(shape: tuple[int, ...], strides: tuple[int, ...],
+                   new_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Strides that view ``shape``/``strides`` data as ``new_shape`` without a copy, or
+    None (NumPy's rule: each run of old axes that new axes split or merge must be
+    contiguous within itself; e.g. a transposed batch of matrices can still have its
+    batch axis split)."""
+    if 0 in shape or 0 in new_shape:
+        return contiguous_strides(new_shape)
+    old = [(n, st) for n, st in zip(shape, strides, strict=True) if n != 1]
+    out = [0] * len(new_shape)
+    oi = ni = 0
+    while ni < len(new_shape) and oi < len(old):
+        nj, oj = ni + 1, oi + 1
+        np_, op = new_shape[ni], old[oi][0]
+        while np_ != op:
+            if np_ < op:
+                np_ *= new_shape[nj]
+                nj += 1
+            else:
+                op *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):  # the old run must be one block of memory
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        out[nj - 1] = old[oj - 1][1]
+        for k in range(nj - 1, ni, -1):
+            out[k - 1] = out[k] * new_shape[k]
+        ni, oi = nj, oj
+    last = out[ni - 1] if ni > 0 else 1
+    for k in range(ni, len(new_shape)):  # trailing size-1 axes
+        out[k] = last
+    return tuple(out)
 
 
 def _matrix(view: Strided, rows: int, cols: int) -> tuple[bool, int] | None:

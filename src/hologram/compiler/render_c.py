@@ -86,6 +86,7 @@ class Scope:
 PARALLEL_MIN_WORK = 1 << 17  # plain arithmetic: memory-bound
 PARALLEL_MIN_WORK_MATH = 1 << 15  # loops calling transcendental functions
 ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shares with a row
+COLUMN_BLOCK = 256  # accumulators per block of a column reduction (2 KiB of doubles)
 MATH_OPS = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW})
 
 
@@ -94,6 +95,7 @@ class CRenderer:
 
     suffix = {"f32": "f", "f64": ""}
     parallel_min_work = PARALLEL_MIN_WORK
+    column_reductions = True  # see column_reduction(); GPU dialects turn it off
     row_scratch = True  # GPU dialects spread a row over threads: no per-thread row copy
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
@@ -282,10 +284,23 @@ class CRenderer:
         if [s for s in src if s != 1] == [s for s, _ in live]:  # only size-1 dims moved
             it = iter(e for _, e in live)
             return tuple(ZERO if s == 1 else next(it) for s in src)
-        flat = self.offset(dst, idx)
-        out = []
-        for s, st in zip(src, self.strides(src), strict=True):
-            out.append(ZERO if s == 1 else Expr(f"(({flat.code}) / {st} % {s})", flat.vars))
+        groups = reshape_groups(src, dst)
+        if groups is None:  # an empty array: any index will do, nothing is read
+            groups = [(list(range(len(src))), list(range(len(dst))))]
+        out = [ZERO] * len(src)
+        for si, dj in groups:
+            # Only the dims a group splits or merges need index arithmetic, so a dim that
+            # passes through keeps its loop variable (and its loop stays vectorisable).
+            flat = self.offset(tuple(dst[d] for d in dj), tuple(idx[d] for d in dj))
+            sizes = tuple(src[d] for d in si)
+            total = math.prod(sizes)
+            for d, size, st in zip(si, sizes, self.strides(sizes), strict=True):
+                if size == 1:
+                    continue
+                code = flat.code if st == 1 else f"({flat.code}) / {st}"
+                if st * size != total:  # the outermost dim of a group needs no modulo
+                    code = f"({code}) % {size}"
+                out[d] = flat if code.isidentifier() else Expr(f"({code})", flat.vars)
         return tuple(out)
 
     def phase(self, v: Value, idx: tuple[Expr, ...], cur: Scope, key: tuple) -> Expr:
@@ -372,7 +387,8 @@ class CRenderer:
             self.computing.add(id(c))
         top = Scope("kernel", None, None)
         if group(c.op) is Group.REDUCE and id(c) in self.computing:
-            body = self.reduce_kernel(c, k, top)
+            body = (self.column_reduce_kernel(c, k, top) if self.column_reduction(c)
+                    else self.reduce_kernel(c, k, top))
         elif self.is_flat(c):
             body = self.flat_kernel(c, k, top)
         else:
@@ -458,6 +474,84 @@ class CRenderer:
         out += ["  " + ln for ln in outer.lines + self.stores(k, x, Expr("o"))]
         return out + ["}"]
 
+    def column_reduction(self, c: Value) -> bool:
+        """Whether reduction ``c`` keeps its input's innermost axis (a sum over the batch,
+        as bias gradients are): then the loop over the kept elements goes innermost and
+        each reduced row is read contiguously into a block of accumulators. Looping the
+        other way reads a column with a stride per element (measured 5x slower for
+        256x256 f32). GPU dialects spread reductions over threads instead."""
+        if not self.column_reductions or self.row_len is not None:
+            return False
+        src = c.srcs[0]
+        if c.op not in (Op.RSUM, Op.RMAX, Op.RMIN) or src.ndim == 0:
+            return False
+        if src.ndim - 1 in c.attr("axes") or src.shape[-1] < 2:
+            return False
+        stack, seen = [src], set()
+        while stack:  # no reduction inside: its phases would need an outer loop of their own
+            v = stack.pop()
+            if id(v) in seen or (id(v) in self.sched.buffers and id(v) not in self.computing):
+                continue
+            seen.add(id(v))
+            if group(v.op) in (Group.REDUCE, Group.GEMM):
+                return False
+            stack.extend(v.srcs)
+        return True
+
+    def column_reduce_kernel(self, c: Value, k: KernelPlan, top: Scope) -> list[str]:
+        """Blocks of kept elements ``o`` (threads take blocks); per block, every reduced
+        row ``r`` adds its contiguous segment into the block's accumulators."""
+        src = c.srcs[0]
+        axes = set(c.attr("axes"))
+        kept = [d for d in range(c.ndim) if d not in axes]
+        red = sorted(axes)
+        n_outer = math.prod(c.shape[d] for d in kept)
+        count = math.prod(src.shape[d] for d in red)
+        d = c.dtype
+        wide = "double" if d.name == "f32" and c.op is Op.RSUM else self.ctype(d)
+        init, step, _ = self.REDUCE_RULES[c.op]
+        has_nan = c.op in (Op.RMAX, Op.RMIN) and d.kind == "f"
+        blk = COLUMN_BLOCK
+        n_blocks = -(-n_outer // blk)
+        acc, nan, r = self.fresh("acc"), self.fresh("nan"), self.fresh("r")
+        block = Scope("outer", "ob", top)
+        rows = Scope("outer", r, block)
+        inner = Scope("inner", "o", rows)
+        oidx = self.unravel("o", c.shape, kept)
+        ridx = self.unravel(r, src.shape, red)
+        idx = tuple(ridx[i] if i in axes else oidx[i] for i in range(c.ndim))
+        x = self.emit(src, idx, inner, False)
+        work = src.size
+        out = [self.loop("ob", n_blocks, work >= self.parallel_min_work and n_blocks > 1,
+                         False, "outer")]
+        body = [f"const int64_t o0 = ob * {blk}, o1 = o0 + {blk} < {n_outer} ? o0 + {blk} "
+                f": {n_outer};",
+                f"{wide} {acc}[{blk}];"]
+        if has_nan:
+            body.append(f"int {nan}[{blk}];")
+        body += ["for (int64_t o = o0; o < o1; o++) {",
+                 f"  {acc}[o - o0] = {init(d, self)};"]
+        if has_nan:
+            body.append(f"  {nan}[o - o0] = 0;")
+        body.append("}")
+        body += [f"for (int64_t {r} = 0; {r} < {count}; {r}++) {{"]
+        body += ["  " + ln for ln in rows.lines]
+        body += ["  #pragma omp simd", "  for (int64_t o = o0; o < o1; o++) {"]
+        body += ["    " + ln for ln in inner.lines]
+        body.append("    " + step(f"{acc}[o - o0]", x.code))
+        if has_nan:
+            body.append(f"    {nan}[o - o0] |= ({x.code} != {x.code});")
+        body += ["  }", "}"]
+        t = self.ctype(d)
+        result = f"(({t}){acc}[o - o0])"
+        if has_nan:
+            result = f"({nan}[o - o0] ? ({t})NAN : {result})"
+        body += ["for (int64_t o = o0; o < o1; o++) {"]
+        body += ["  " + ln for ln in self.stores(k, Expr(result), Expr("o"))]
+        body.append("}")
+        out += ["  " + ln for ln in block.lines + body]
+        return out + ["}"]
+
     def unravel(self, var: str, shape: tuple[int, ...], dims: list[int]) -> tuple[Expr, ...]:
         """Coordinates of ``dims`` of ``shape`` from one flat loop variable over them."""
         sizes = [shape[d] for d in dims]
@@ -523,6 +617,31 @@ class CRenderer:
         out = [self.loop("o", n_outer, parallel, False, "outer")]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
+
+
+def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]
+                   ) -> list[tuple[list[int], list[int]]] | None:
+    """Runs of consecutive dims of ``src`` and ``dst`` with equal products (what a
+    row-major reshape maps onto each other); None for an empty shape."""
+    if 0 in src or 0 in dst:
+        return None
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(src) and j < len(dst):
+        si, dj = [i], [j]
+        ps, pd = src[i], dst[j]
+        i, j = i + 1, j + 1
+        while ps != pd:
+            if ps < pd:
+                ps *= src[i]
+                si.append(i)
+                i += 1
+            else:
+                pd *= dst[j]
+                dj.append(j)
+                j += 1
+        groups.append((si, dj))
+    return groups  # trailing size-1 dims of either side need no index
 
 
 def gemm_step_name(index: int) -> str:

@@ -59,6 +59,8 @@ _FUNCTOR = {Op.RSUM: "HgSum", Op.RPROD: "HgProd", Op.RMAX: "HgMax", Op.RMIN: "Hg
 class CUDARenderer(CRenderer):
     """CUDA C for NVRTC. ``launch`` records how each kernel maps onto the grid."""
 
+    column_reductions = False  # reductions spread over threads instead
+
     max_slots = 64
     row_scratch = False
 

@@ -367,6 +367,8 @@ class WGSLProgram:
 class WGSLRenderer(CRenderer):
     """WGSL for wgpu. Records per kernel the bindings it uses and its dispatch size."""
 
+    column_reductions = False  # reductions spread over threads instead
+
     row_scratch = False  # a row is spread over the workgroup: no per-invocation row copy
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int], f16: bool = False,

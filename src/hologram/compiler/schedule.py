@@ -85,6 +85,13 @@ def is_view_chain(v: Value, buffers: dict[int, BufRef]) -> bool:
     return True
 
 
+def view_root(v: Value, buffers: dict[int, BufRef]) -> Value:
+    """The first value under ``v``'s movement ops that is computed (or materialized)."""
+    while id(v) not in buffers and v.op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND):
+        v = v.srcs[0]
+    return v
+
+
 def storage_root(v: Value, buffers: dict[int, BufRef]) -> Value:
     """Follow RESHAPEs of computed values: a reshape's bytes are its source's bytes."""
     while v.op is Op.RESHAPE and id(v.srcs[0]) not in buffers:
@@ -131,8 +138,12 @@ def plan(program: Program, forced: set[int]) -> Schedule:
         elif v.op is Op.GEMM:
             for s in v.srcs:
                 if not is_view_chain(s, bufs):
-                    forced.add(id(s))
-                    raise NeedsMaterialize(s)
+                    # Materialize the computed value under the view chain, not the view:
+                    # BLAS reads a transposed or batched view in place, while
+                    # materializing the view would copy it through a strided loop.
+                    root = view_root(s, bufs)
+                    forced.add(id(root))
+                    raise NeedsMaterialize(root)
             bufs[id(v)] = home(v)
             sched.steps.append(GemmPlan(v, bufs[id(v)]))
             copies = stored.get(id(v), [])[1:]
