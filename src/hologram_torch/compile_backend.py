@@ -1373,9 +1373,18 @@ class _BlasThreads:
 
 
 def _blas_threads_for(program: Program, setting: Any) -> int | None:
-    """The BLAS thread cap for ``program`` under the ``blas_threads`` option."""
+    """The BLAS thread cap for ``program`` under the ``blas_threads`` option.
+
+    "auto" caps nothing when the CPU backend runs GEMMs itself (hologram's OpenMP
+    tiles over one-thread BLAS calls, ``hologram.compiler.blas``): there is no second
+    pool to contend with. The cap matters only where GEMMs stay ``np.matmul``.
+    """
     if setting is None or isinstance(setting, int):
         return setting
+    from hologram.compiler import blas
+
+    if blas.numpy_blas()[0] is not None:
+        return None
     macs = [_matrix_macs(v) for v in program.instructions if v.op is Op.GEMM]
     if not macs:
         return None

@@ -15,6 +15,7 @@ from functools import cached_property
 from ..errors import ArgumentTypeError
 from .dtypes import DType, to_dtype
 from .opcodes import Op, group
+from .text import format_program  # at import: every compile hashes the text form
 from .value import Shape, Value
 
 
@@ -49,8 +50,6 @@ class Program:
 
     @cached_property
     def text(self) -> str:
-        from .text import format_program
-
         return format_program(self)
 
     @cached_property
