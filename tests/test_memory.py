@@ -535,3 +535,16 @@ def test_device_allocation_failure_is_out_of_memory() -> None:
     with pytest.raises(OutOfMemoryError, match="could not provide.*fake device"):
         mm.allocate(3 << 20)
     assert mm.allocate(1 << 20).nbytes == 1 << 20
+
+
+def test_data_pointer_matches_array_interface():
+    """The fast address read (launch pointer tables) agrees with NumPy's own on views,
+    slices, 0-d, empty, Fortran-ordered and strided arrays."""
+    from hologram.memory.address import data_pointer
+
+    base = np.arange(120, dtype=np.float64).reshape(4, 5, 6)
+    arrays = [base, base[1:], base[:, 2:, 3:], base.T, np.asfortranarray(base), base[..., ::2],
+              np.float64(3.0), np.ones(()), np.empty(0), np.empty((0, 3)), base.reshape(-1)[7:],
+              np.arange(10, dtype=np.int8)[3:], np.ones(3, dtype=bool)]
+    for a in arrays:
+        assert data_pointer(a) == a.__array_interface__["data"][0]

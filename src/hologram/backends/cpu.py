@@ -23,6 +23,7 @@ from ..compiler.schedule import BufRef, GemmPlan, KernelPlan
 from ..isa.opcodes import Op
 from ..isa.program import Program
 from ..isa.value import Value
+from ..memory.address import data_pointer
 from ..memory.output_cache import output_cache
 from .base import Backend
 from .reference import ReferenceBackend
@@ -73,6 +74,9 @@ def canonical_form(program: Program) -> tuple[Program, dict[str, int], int]:
 
     canon, st = canonicalize(program)
     return canon, dict(getattr(st, "rules", {}) or {}), compute_instructions(program)
+
+
+_NO_ARENA = np.zeros(0, np.uint8)  # the table's arena slot when a program has none
 
 
 def _view(ref: BufRef, arrays: list[np.ndarray], slots: dict[BufRef, int]) -> np.ndarray:
@@ -197,9 +201,8 @@ class CPUBackend(Backend):
         if (self._fallback is not None or compiled.temps or len(compiled.steps) != 1
                 or len(compiled.raw_kernels) != 1):
             return super().bind(compiled, inputs, outputs, arena)
-        arrays = [*inputs, *outputs, arena if arena is not None else np.zeros(0, np.uint8)]
-        table = (ctypes.c_void_p * len(arrays))(
-            *(a.__array_interface__["data"][0] for a in arrays))
+        arrays = [*inputs, *outputs, arena if arena is not None else _NO_ARENA]
+        table = (ctypes.c_void_p * len(arrays))(*map(data_pointer, arrays))
         # The bare C function with its pointer table bound: the cheapest call ctypes has
         # (no argtypes conversion; a ctypes array passes as a pointer).
         call = functools.partial(compiled.raw_kernels[0], table)
@@ -212,10 +215,7 @@ class CPUBackend(Backend):
             return self._fallback.launch(compiled, inputs, outputs, arena)
         # Temps of 1 MiB or more reuse cached blocks: fresh pages would fault each launch.
         arrays = [*inputs, *outputs, *(output_cache.empty(s, d) for d, s in compiled.temps)]
-        if arena is None:
-            arena = np.zeros(0, np.uint8)
-        arrays.append(arena)
-        table = (ctypes.c_void_p * len(arrays))(
-            *(a.__array_interface__["data"][0] for a in arrays))
+        arrays.append(arena if arena is not None else _NO_ARENA)
+        table = (ctypes.c_void_p * len(arrays))(*map(data_pointer, arrays))
         for step in compiled.steps:
             step(table, arrays)

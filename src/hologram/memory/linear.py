@@ -60,16 +60,16 @@ def _check_limit(limit: Any) -> int | None:
     return limit
 
 
-def check_nbytes(nbytes: Any) -> int:
-    """``nbytes`` as an int >= 0 (NumPy integers welcome), or an error naming it."""
+def check_nbytes(nbytes: Any, name: str = "nbytes") -> int:
+    """``nbytes`` as an int >= 0 (NumPy integers welcome), or an error naming ``name``."""
     if isinstance(nbytes, bool):
-        raise ArgumentTypeError("nbytes: expected an int, got bool")
+        raise ArgumentTypeError(f"{name}: expected an int, got bool")
     try:
         nbytes = operator.index(nbytes)
     except TypeError:
-        raise ArgumentTypeError(f"nbytes: expected an int, got {type(nbytes).__name__}") from None
+        raise ArgumentTypeError(f"{name}: expected an int, got {type(nbytes).__name__}") from None
     if nbytes < 0:
-        raise ArgumentValueError(f"nbytes: must be >= 0, got {nbytes}")
+        raise ArgumentValueError(f"{name}: must be >= 0, got {nbytes}")
     return nbytes
 
 

@@ -48,9 +48,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentTypeError, ArgumentValueError
 from .boundary import ALIGNMENT, aligned_empty
-from .linear import bin_size
+from .linear import bin_size, check_nbytes
 
 MIN_BYTES: int = 1 << 20
 DEFAULT_LIMIT: int = 256 << 20
@@ -71,18 +70,6 @@ class _BlockOwner:
         }
 
 
-def _check_bytes(name: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise ArgumentTypeError(f"{name}: expected an int, got bool")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise ArgumentTypeError(f"{name}: expected an int, got {type(value).__name__}") from None
-    if value < 0:
-        raise ArgumentValueError(f"{name}: must be >= 0, got {value}")
-    return value
-
-
 class OutputCache:
     """Hands out NumPy arrays for outputs; large ones come from cached, aligned blocks.
 
@@ -92,8 +79,8 @@ class OutputCache:
     """
 
     def __init__(self, limit: int = DEFAULT_LIMIT, min_bytes: int = MIN_BYTES) -> None:
-        self._limit = _check_bytes("limit", limit)
-        self._min_bytes = max(1, _check_bytes("min_bytes", min_bytes))
+        self._limit = check_nbytes(limit, "limit")
+        self._min_bytes = max(1, check_nbytes(min_bytes, "min_bytes"))
         self._lock = threading.Lock()
         self._bins: dict[int, list[np.ndarray]] = {}  # bin size -> free blocks (LIFO)
         self._cached = 0  # bytes in _bins
@@ -111,7 +98,7 @@ class OutputCache:
 
     @limit.setter
     def limit(self, value: int) -> None:
-        value = _check_bytes("limit", value)
+        value = check_nbytes(value, "limit")
         with self._lock:
             self._limit = value
             self._drain_locked()
@@ -124,7 +111,7 @@ class OutputCache:
 
     @min_bytes.setter
     def min_bytes(self, value: int) -> None:
-        self._min_bytes = max(1, _check_bytes("min_bytes", value))
+        self._min_bytes = max(1, check_nbytes(value, "min_bytes"))
 
     def clear(self) -> None:
         """Give every cached block back to the system (blocks in use are not affected)."""
