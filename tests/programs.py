@@ -41,6 +41,26 @@ def _gemm_step(x: Var, y: Var) -> Var:
     return x @ _swap_last(x)
 
 
+def _slice_step(x: Var, i: int, j: int) -> Var:
+    """A window of x along one axis (start and size from the draws, possibly empty)."""
+    axis = j % x.ndim
+    n = x.shape[axis]
+    start = i % (n + 1)
+    size = (j // 7) % (n - start + 1)
+    return x.slice(tuple(start if d == axis else 0 for d in range(x.ndim)),
+                   tuple(size if d == axis else s for d, s in enumerate(x.shape)))
+
+
+def _cat_step(x: Var, y: Var, i: int, j: int) -> Var:
+    """x joined with y along an axis where their other sizes agree, else with a
+    computed value of its own shape (so parts of every kind meet in one CONCAT)."""
+    axis = j % x.ndim
+    other = y if y.ndim == x.ndim and all(
+        a == b for d, (a, b) in enumerate(zip(x.shape, y.shape, strict=True)) if d != axis) else -x
+    parts = [x.v, other.v] if i % 2 else [other.v, x.v, x.v]
+    return Var(b.concat(parts, axis))
+
+
 @st.composite
 def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
     """(program builder fn, input specs): 1-3 inputs whose shapes broadcast together.
@@ -55,7 +75,8 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
         specs.append((dtype, s))
     plan = []
     for _ in range(draw(st.integers(1, max_ops))):
-        kinds = ["u", "u", "b", "b", "c", "r", "sel", "mad", "perm"] + ["gemm"] * (2 * gemm)
+        kinds = ["u", "u", "b", "b", "c", "r", "sel", "mad", "perm", "slice", "cat"] + \
+            ["gemm"] * (2 * gemm)
         kind = draw(st.sampled_from(kinds))
         plan.append((kind, draw(st.integers(0, 10_000)), draw(st.integers(0, 10_000))))
 
@@ -82,6 +103,10 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
                     vals.append(x * y + x)
                 elif kind == "perm" and x.ndim >= 2:
                     vals.append(x.T)
+                elif kind == "slice" and x.ndim:
+                    vals.append(_slice_step(x, i, j))
+                elif kind == "cat" and x.ndim:
+                    vals.append(_cat_step(x, y, i, j))
                 elif kind == "gemm" and x.ndim:
                     vals.append(_gemm_step(x, y))
             except ValueError:

@@ -26,7 +26,7 @@ from ..isa.value import Value
 from ..memory.address import data_pointer
 from ..memory.output_cache import output_cache
 from .base import Backend
-from .reference import ReferenceBackend
+from .reference import ReferenceBackend, slice_index
 
 _warned = False
 
@@ -95,14 +95,18 @@ def _operand_recipe(v: Value, bufs: dict[int, BufRef]) -> tuple[BufRef, list[Val
     return bufs[id(v)], chain[::-1]
 
 
+# How NumPy takes each view op of a GEMM operand's chain (the np.matmul fallback).
+_VIEWS: dict[Op, Callable[[np.ndarray, Value], np.ndarray]] = {
+    Op.RESHAPE: lambda a, m: a.reshape(m.shape),
+    Op.PERMUTE: lambda a, m: a.transpose(m.attr("perm")),
+    Op.EXPAND: lambda a, m: np.broadcast_to(a, m.shape),
+    Op.SLICE: lambda a, m: a[slice_index(m)],
+}
+
+
 def _apply_chain(a: np.ndarray, chain: list[Value]) -> np.ndarray:
     for m in chain:
-        if m.op is Op.RESHAPE:
-            a = a.reshape(m.shape)
-        elif m.op is Op.PERMUTE:
-            a = a.transpose(m.attr("perm"))
-        else:
-            a = np.broadcast_to(a, m.shape)
+        a = _VIEWS[m.op](a, m)
     return a
 
 

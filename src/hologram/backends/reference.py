@@ -86,6 +86,11 @@ def _identity(op: Op, d: np.dtype) -> Any:
     return d.type(v)
 
 
+def slice_index(v: Value) -> tuple[slice, ...]:
+    """NumPy's basic index for SLICE ``v``: a view of its operand, as the ISA means it."""
+    return tuple(slice(s, s + n) for s, n in zip(v.attr("starts"), v.shape, strict=True))
+
+
 def phi_offset(phi: tuple[int, int, int]) -> int:
     (_, n_cls), (_, n_page), (_, n_byte) = PHI_BOUNDS
     c, p, b = phi
@@ -153,6 +158,10 @@ def evaluate(
                 r = np.broadcast_to(src[0], v.shape)
             elif v.op is Op.PERMUTE:
                 r = np.transpose(src[0], v.attr("perm"))
+            elif v.op is Op.SLICE:
+                r = src[0][slice_index(v)]
+            elif v.op is Op.CONCAT:
+                r = np.concatenate(src, axis=v.attr("axis"))
             elif v.op is Op.GEMM:
                 r = np.matmul(src[0], src[1])
             else:  # pragma: no cover - every opcode has a row above

@@ -1,6 +1,6 @@
 """How a GEMM's operands sit in memory, for a BLAS call that reads them in place.
 
-A GEMM operand is a view chain (reshape, permute, expand) over a materialized
+A GEMM operand is a view chain (reshape, permute, expand, slice) over a materialized
 buffer. BLAS reads a matrix given a pointer, a leading dimension and a
 transpose flag, so a chain can be handed over without a copy exactly when its
 last two axes have one unit stride between them; batch axes may have any
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..isa.opcodes import Op
 from ..isa.value import Value
-from .schedule import BufRef
+from .schedule import VIEW_OPS, BufRef
 
 #: Batch axes the runtime's descriptor has room for (contiguous ones are merged first).
 MAX_BATCH_DIMS = 6
@@ -77,7 +77,7 @@ def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
     when a reshape would need a copy (NumPy's rule: only reshape contiguous data)."""
     chain: list[Value] = []
     while id(v) not in buffers:
-        if v.op not in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND):
+        if v.op not in VIEW_OPS:
             return None
         chain.append(v)
         v = v.srcs[0]
@@ -99,6 +99,9 @@ def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
             perm = m.attr("perm")
             shape = tuple(shape[p] for p in perm)
             strides = tuple(strides[p] for p in perm)
+        elif m.op is Op.SLICE:  # a window: the same strides from a later first element
+            offset += sum(s * st for s, st in zip(m.attr("starts"), strides, strict=True))
+            shape = m.shape
         else:  # EXPAND: new leading axes and grown size-1 axes read the same element
             lead = len(m.shape) - len(shape)
             old_shape, old_strides = (1,) * lead + shape, (0,) * lead + strides

@@ -87,6 +87,8 @@ PARALLEL_MIN_WORK = 1 << 17  # plain arithmetic: memory-bound
 PARALLEL_MIN_WORK_MATH = 1 << 15  # loops calling transcendental functions
 ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shares with a row
 COLUMN_BLOCK = 256  # accumulators per block of a column reduction (2 KiB of doubles)
+# Ops whose operands are read at other coordinates than the result's: no flat loop.
+NOT_FLAT = frozenset({Op.EXPAND, Op.PERMUTE, Op.SLICE, Op.CONCAT})
 MATH_OPS = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW})
 
 
@@ -274,9 +276,57 @@ class CRenderer:
         if v.op is Op.RESHAPE:
             return self.emit(v.srcs[0], self.reshape_index(v.srcs[0].shape, v.shape, idx),
                              cur, flat)
+        if v.op is Op.SLICE:  # a window: each axis's index moves by where it starts
+            sub = tuple(shift(e, s) for e, s in zip(idx, v.attr("starts"), strict=True))
+            return self.emit(v.srcs[0], sub, cur, flat)
+        if v.op is Op.CONCAT:
+            return self.concat(v, idx, cur, key)
         if g is Group.REDUCE:
             return self.phase(v, idx, cur, key)
         raise NeedsMaterialize(v)
+
+    def select_code(self, cond: str, a: str, b: str) -> str:
+        """``cond ? a : b`` in the dialect (WGSL spells it ``select(b, a, cond)``)."""
+        return f"({cond} ? {a} : {b})"
+
+    def concat(self, v: Value, idx: tuple[Expr, ...], cur: Scope, key: tuple) -> Expr:
+        """CONCAT: the part whose range along the axis holds the index, as a chain of
+        selects (``e < end0 ? part0 : e < end1 ? part1 : ...``), each part read at the
+        index less its offset. Every part is read for every element, so each part's
+        index is clamped into the part: no read ever leaves its buffer."""
+        axis = v.attr("axis")
+        total = v.shape[axis]
+        e = idx[axis]
+        parts, off = [], 0
+        for p in v.srcs:
+            if p.shape[axis]:
+                parts.append((p, off))
+            off += p.shape[axis]
+        if not parts:  # an empty result: nothing is read, any part will do
+            parts = [(v.srcs[0], 0)]
+        code, vars_ = "", frozenset(e.vars)
+        for n_done, (p, start) in enumerate(reversed(parts)):
+            end = start + p.shape[axis]
+            local = self.clamp_index(e, start, end, total)
+            x = self.emit(p, (*idx[:axis], local, *idx[axis + 1:]), cur, False)
+            vars_ |= x.vars
+            code = x.code if n_done == 0 else self.select_code(f"{e.code} < {end}", x.code,
+                                                                code)
+        return self.bind(code, v.dtype, vars_, cur, key)
+
+    def clamp_index(self, e: Expr, start: int, end: int, total: int) -> Expr:
+        """``e - start`` clamped into ``[0, end - start)`` (bounds that ``e``, which runs
+        over ``[0, total)``, cannot cross need no test)."""
+        if end - start == 1:  # a part one wide along the axis: its only index
+            return ZERO
+        if e.code.isdigit():  # a fixed index (a size-1 axis)
+            return Expr(str(min(max(int(e.code) - start, 0), max(end - start - 1, 0))))
+        code = shift(e, -start).code
+        if end < total:
+            code = self.select_code(f"{e.code} < {end}", code, str(end - start - 1))
+        if start > 0:
+            code = self.select_code(f"{e.code} < {start}", "0", code)
+        return Expr(code, e.vars)  # a name, or already parenthesised
 
     def reshape_index(self, src: tuple[int, ...], dst: tuple[int, ...],
                       idx: tuple[Expr, ...]) -> tuple[Expr, ...]:
@@ -431,7 +481,7 @@ class CRenderer:
             if id(v) in self.sched.buffers and id(v) not in self.computing:
                 continue
             g = group(v.op)
-            if g in (Group.REDUCE, Group.GEMM) or v.op in (Op.EXPAND, Op.PERMUTE):
+            if g in (Group.REDUCE, Group.GEMM) or v.op in NOT_FLAT:
                 return False
             stack.extend(v.srcs)
         return True
@@ -617,6 +667,15 @@ class CRenderer:
         out = [self.loop("o", n_outer, parallel, False, "outer")]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
+
+
+def shift(e: Expr, by: int) -> Expr:
+    """Index ``e`` moved by ``by`` (a SLICE's start, a CONCAT part's offset)."""
+    if by == 0:
+        return e
+    if e.code.isdigit():
+        return Expr(str(int(e.code) + by))
+    return Expr(f"({e.code} {'+' if by > 0 else '-'} {abs(by)})", e.vars)
 
 
 def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]

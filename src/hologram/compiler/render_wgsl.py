@@ -475,6 +475,9 @@ class WGSLRenderer(CRenderer):
                     f"hg_o({code}, {self.salt()})")
         return self.bind(code, v.dtype, vars_, cur, key)
 
+    def select_code(self, cond: str, a: str, b: str) -> str:
+        return f"select({b}, {a}, {cond})"
+
     def salt(self) -> str:
         self.salts += 1
         return f"{self.salts}u"

@@ -36,7 +36,7 @@ ELEMENTWISE_OPS = frozenset(
     op for op, g in GROUP.items()
     if g in (Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY, Group.SELECT)
 )
-MOVEMENT_OPS = frozenset({Op.RESHAPE, Op.EXPAND, Op.PERMUTE})
+MOVEMENT_OPS = frozenset({Op.RESHAPE, Op.EXPAND, Op.PERMUTE, Op.SLICE})
 
 X = Pat(name="x")
 
@@ -102,7 +102,7 @@ FOLD_RULES: list[Rule] = [
     Rule("fold_cvt", Pat(ops={Op.CVT}, srcs=(Pat(ops={Op.CONST}, name="c"),), where=_all_const),
          _fold_cvt, "cvt of a constant is a constant"),
     Rule("fold_movement", Pat(ops=MOVEMENT_OPS, srcs=(Pat(ops={Op.CONST}, name="c"),)),
-         _fold_movement, "reshape/expand/permute of a constant is a constant of the new shape"),
+         _fold_movement, "a reshape/expand/permute/slice of a constant is a constant of its shape"),
 ]
 
 

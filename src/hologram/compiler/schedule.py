@@ -76,10 +76,15 @@ class NeedsMaterialize(Exception):
         self.value = value
 
 
+# Movement ops a strided view expresses (a GEMM reads them in place). A CONCAT is not
+# one: its parts live in different buffers, so a kernel computes it.
+VIEW_OPS = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
+
+
 def is_view_chain(v: Value, buffers: dict[int, BufRef]) -> bool:
     """True if ``v`` is movement ops over a materialized value (a NumPy view suffices)."""
     while id(v) not in buffers:
-        if v.op not in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND):
+        if v.op not in VIEW_OPS:
             return False
         v = v.srcs[0]
     return True
@@ -87,7 +92,7 @@ def is_view_chain(v: Value, buffers: dict[int, BufRef]) -> bool:
 
 def view_root(v: Value, buffers: dict[int, BufRef]) -> Value:
     """The first value under ``v``'s movement ops that is computed (or materialized)."""
-    while id(v) not in buffers and v.op in (Op.RESHAPE, Op.PERMUTE, Op.EXPAND):
+    while id(v) not in buffers and v.op in VIEW_OPS:
         v = v.srcs[0]
     return v
 

@@ -86,6 +86,48 @@ def permute(x: Value, perm: Sequence[int]) -> Value:
     return make(Op.PERMUTE, (x,), {"perm": perm})
 
 
+def slice(x: Value, starts: Sequence[int], sizes: Sequence[int]) -> Value:
+    """``x[starts[0]:starts[0]+sizes[0], ...]`` (step 1): a view, so a GEMM or a fused
+    kernel reads it in place. A slice of all of ``x`` is ``x`` itself."""
+    starts, sizes = tuple(int(s) for s in starts), tuple(int(s) for s in sizes)
+    if starts == (0,) * x.ndim and sizes == x.shape:
+        return x
+    return make(Op.SLICE, (x,), {"starts": starts}, x.dtype, sizes)
+
+
+def split(x: Value, sizes: Sequence[int], axis: int) -> list[Value]:
+    """Consecutive slices of ``x`` along ``axis`` with the given sizes (which must add
+    up to that axis's size): ``torch.split`` / ``np.split`` at cumulative offsets."""
+    try:
+        (axis,) = normalize_axes((axis,), x.ndim)
+    except RuleError as e:
+        raise VerifyError(f"{Op.SLICE}: {e}") from None
+    if sum(sizes) != x.shape[axis]:
+        raise ShapeError(f"split sizes {list(sizes)} do not add up to axis {axis} of "
+                         f"{list(x.shape)}")
+    out, start = [], 0
+    for n in sizes:
+        starts = tuple(start if d == axis else 0 for d in range(x.ndim))
+        shape = tuple(n if d == axis else s for d, s in enumerate(x.shape))
+        out.append(slice(x, starts, shape))
+        start += n
+    return out
+
+
+def concat(parts: Sequence[Value], axis: int) -> Value:
+    """``np.concatenate(parts, axis)``; one part is itself."""
+    parts = tuple(parts)
+    if not parts:
+        raise VerifyError(f"{Op.CONCAT}: needs at least one operand")
+    try:
+        (axis,) = normalize_axes((axis,), parts[0].ndim)
+    except RuleError as e:
+        raise VerifyError(f"{Op.CONCAT}: {e}") from None
+    if len(parts) == 1:
+        return parts[0]
+    return make(Op.CONCAT, parts, {"axis": axis})
+
+
 def cast(x: Value, dtype: DType | str) -> Value:
     d = to_dtype(dtype)
     return x if d is x.dtype else make(Op.CVT, (x,), None, d, x.shape)
@@ -270,6 +312,12 @@ class Var:
     def T(self) -> Var:
         return self.permute(tuple(reversed(range(self.ndim))))
 
+    def slice(self, starts: Sequence[int], sizes: Sequence[int]) -> Var:
+        return Var(slice(self.v, starts, sizes))
+
+    def split(self, sizes: Sequence[int], axis: int) -> list[Var]:
+        return [Var(p) for p in split(self.v, sizes, axis)]
+
     def cast(self, dtype: DType | str) -> Var:
         return Var(cast(self.v, dtype))
 
@@ -290,7 +338,7 @@ def program(fn, in_specs: Sequence[tuple[DType | str, Shape]], name: str = ""):
 
 
 __all__ = [
-    "Var", "broadcast_shape", "cast", "const", "dtypes", "elementwise", "expand", "gemm",
-    "ldg", "ldg_phi", "make", "matmul", "permute", "program", "reduce", "reshape", "stg",
-    "stg_phi", "unary",
+    "Var", "broadcast_shape", "cast", "concat", "const", "dtypes", "elementwise", "expand", "gemm",
+    "ldg", "ldg_phi", "make", "matmul", "permute", "program", "reduce", "reshape", "slice",
+    "split", "stg", "stg_phi", "unary",
 ]

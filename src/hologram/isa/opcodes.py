@@ -22,6 +22,7 @@ class Group(str, Enum):
     CAST = "cast"  # CVT to the instruction's dtype
     REDUCE = "reduce"  # over axes, which are kept with size 1
     MOVEMENT = "movement"  # views: index arithmetic only, no data touched
+    CONCAT = "concat"  # CONCAT(parts...): index arithmetic choosing among operands
     GEMM = "gemm"  # matrix product, a library call
 
 
@@ -61,6 +62,8 @@ class Op(str, Enum):
     RESHAPE = "reshape"
     EXPAND = "expand"
     PERMUTE = "permute"
+    SLICE = "slice"
+    CONCAT = "concat"
     GEMM = "gemm"
 
     def __str__(self) -> str:
@@ -87,11 +90,13 @@ GROUP: dict[Op, Group] = {
     Op.RESHAPE: Group.MOVEMENT,
     Op.EXPAND: Group.MOVEMENT,
     Op.PERMUTE: Group.MOVEMENT,
+    Op.SLICE: Group.MOVEMENT,
+    Op.CONCAT: Group.CONCAT,
     Op.GEMM: Group.GEMM,
 }
 
-# Number of operands each group takes (None: decided by the op's own rule).
-ARITY: dict[Group, int] = {
+# Number of operands each group takes (None: any number >= 1, checked by the group's rule).
+ARITY: dict[Group, int | None] = {
     Group.CONST: 0,
     Group.UNARY: 1,
     Group.BINARY: 2,
@@ -101,6 +106,7 @@ ARITY: dict[Group, int] = {
     Group.CAST: 1,
     Group.REDUCE: 1,
     Group.MOVEMENT: 1,
+    Group.CONCAT: None,
     Group.GEMM: 2,
 }
 MEMORY_ARITY: dict[Op, int] = {Op.LDG: 0, Op.STG: 1}
@@ -132,6 +138,6 @@ def group(op: Op) -> Group:
     return GROUP[op]
 
 
-def arity(op: Op) -> int:
+def arity(op: Op) -> int | None:
     g = GROUP[op]
     return MEMORY_ARITY[op] if g is Group.MEMORY else ARITY[g]

@@ -137,22 +137,79 @@ def _reduce(op, srcs, attrs, dtype, shape):
     return x.dtype, tuple(1 if i in norm else n for i, n in enumerate(x.shape))
 
 
-def _movement(op, srcs, attrs, dtype, shape):
-    x = srcs[0]
-    if op is Op.RESHAPE:
-        if math.prod(shape) != x.size:
-            raise RuleError(f"reshape of {list(x.shape)} to {list(shape)} changes the size")
-        return x.dtype, shape
-    if op is Op.EXPAND:
-        if len(shape) != x.ndim or any(
-            a != b and a != 1 for a, b in zip(x.shape, shape, strict=True)
-        ):
-            raise RuleError(f"expand of {list(x.shape)} to {list(shape)}: only size-1 dims grow")
-        return x.dtype, shape
+def _reshape(x: Value, attrs: dict[str, Any], shape: Shape) -> Shape:
+    if math.prod(shape) != x.size:
+        raise RuleError(f"reshape of {list(x.shape)} to {list(shape)} changes the size")
+    return shape
+
+
+def _expand(x: Value, attrs: dict[str, Any], shape: Shape) -> Shape:
+    if len(shape) != x.ndim or any(
+        a != b and a != 1 for a, b in zip(x.shape, shape, strict=True)
+    ):
+        raise RuleError(f"expand of {list(x.shape)} to {list(shape)}: only size-1 dims grow")
+    return shape
+
+
+def _permute(x: Value, attrs: dict[str, Any], shape: Shape) -> Shape:
     perm = attrs.get("perm")
     if not isinstance(perm, tuple) or sorted(perm) != list(range(x.ndim)):
         raise RuleError(f"permute needs perm= a permutation of {x.ndim} axes, got {perm!r}")
-    return x.dtype, tuple(x.shape[p] for p in perm)
+    return tuple(x.shape[p] for p in perm)
+
+
+def _slice(x: Value, attrs: dict[str, Any], shape: Shape) -> Shape:
+    """``x[starts[0]:starts[0]+shape[0], ...]``: the declared shape holds the sizes (as a
+    reshape's does), ``starts`` where each axis begins; step 1, so the result is a view."""
+    starts = attrs.get("starts")
+    if not isinstance(starts, tuple) or len(starts) != x.ndim or not all(
+            isinstance(s, int) and not isinstance(s, bool) for s in starts):
+        raise RuleError(f"slice needs starts= one integer per axis of {list(x.shape)}, "
+                        f"got {starts!r}")
+    if len(shape) != x.ndim:
+        raise RuleError(f"slice of {list(x.shape)} to {list(shape)} changes the rank")
+    for axis, (start, size, dim) in enumerate(zip(starts, shape, x.shape, strict=True)):
+        if start < 0 or start + size > dim:
+            raise RuleError(f"slice axis {axis}: [{start}, {start + size}) is outside "
+                            f"[0, {dim}) of {list(x.shape)}")
+    return shape
+
+
+# Movement ops: the result shape each produces from its operand (a view of it).
+MOVEMENT_RULES: dict[Op, Callable[[Value, dict[str, Any], Shape], Shape]] = {
+    Op.RESHAPE: _reshape,
+    Op.EXPAND: _expand,
+    Op.PERMUTE: _permute,
+    Op.SLICE: _slice,
+}
+
+
+def _movement(op, srcs, attrs, dtype, shape):
+    x = srcs[0]
+    return x.dtype, MOVEMENT_RULES[op](x, attrs, shape)
+
+
+def _concat(op, srcs, attrs, dtype, shape):
+    """Parts joined along ``axis``: one dtype and rank, equal sizes on every other axis."""
+    if not srcs:
+        raise RuleError("concat needs at least one operand")
+    first = srcs[0]
+    axis = attrs.get("axis")
+    if first.ndim == 0:
+        raise RuleError("concat needs operands of rank >= 1, got a scalar")
+    if not isinstance(axis, int) or isinstance(axis, bool) or not 0 <= axis < first.ndim:
+        raise RuleError(f"concat needs axis= an axis in [0, {first.ndim}), got {axis!r}")
+    total = 0
+    for i, x in enumerate(srcs):
+        if x.dtype is not first.dtype:
+            raise RuleError(f"concat operands differ in dtype ({first.dtype} vs {x.dtype})")
+        if x.ndim != first.ndim or any(
+                a != b for d, (a, b) in enumerate(zip(x.shape, first.shape, strict=True))
+                if d != axis):
+            raise RuleError(f"concat operand {i} {list(x.shape)} differs from "
+                            f"{list(first.shape)} off axis {axis}")
+        total += x.shape[axis]
+    return first.dtype, (*first.shape[:axis], total, *first.shape[axis + 1:])
 
 
 def _gemm(op, srcs, attrs, dtype, shape):
@@ -189,6 +246,7 @@ RULES: dict[Group, Callable[..., tuple[DType, Shape]]] = {
     Group.CAST: _cast,
     Group.REDUCE: _reduce,
     Group.MOVEMENT: _movement,
+    Group.CONCAT: _concat,
     Group.GEMM: _gemm,
 }
 
@@ -203,8 +261,9 @@ def infer(
     """(dtype, shape) that ``op`` produces from ``srcs``; raises RuleError if it cannot."""
     if not isinstance(op, Op):
         raise RuleError(f"unknown opcode {op!r}")
-    if len(srcs) != arity(op):
-        raise RuleError(f"{op} takes {arity(op)} operand(s), got {len(srcs)}")
+    n = arity(op)
+    if n is not None and len(srcs) != n:
+        raise RuleError(f"{op} takes {n} operand(s), got {len(srcs)}")
     if any(d < 0 for d in shape):
         raise RuleError(f"negative dimension in shape {list(shape)}")
     return RULES[group(op)](op, srcs, attrs or {}, dtype, tuple(shape))

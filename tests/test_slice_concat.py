@@ -1,0 +1,302 @@
+"""SLICE and CONCAT: the verifier, the reference, the text form, the CPU kernels, GEMMs
+reading slices in place, WebGPU and CUDA rendering."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hologram as hg
+from hologram.backends import registry
+from hologram.backends.reference import evaluate
+from hologram.compiler import nvrtc
+from hologram.compiler.schedule import GemmPlan
+from hologram.errors import ShapeError, VerifyError
+from hologram.isa import Op, Program
+from hologram.isa import builder as b
+from hologram.isa.builder import Var
+
+from .programs import random_inputs
+from .test_differential import _compiled_executor, assert_close
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def _cat(*parts: Var, axis: int) -> Var:
+    return Var(b.concat([p.v for p in parts], axis))
+
+
+# --- verifier and builder ------------------------------------------------------------------
+def _parse(lines: str) -> Program:
+    return Program.parse("\n".join([".in 0 f32[4,6]", ".in 1 f32[4,2]",
+                                    "%0 = ldg.f32[4,6] in=0", "%1 = ldg.f32[4,2] in=1", lines]))
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ("%2 = slice.f32[2,3] %0 starts=(3,0)", "slice axis 0: [3, 5) is outside [0, 4)"),
+    ("%2 = slice.f32[2,3] %0 starts=(-1,0)", "slice axis 0: [-1, 1) is outside"),
+    ("%2 = slice.f32[2,7] %0 starts=(0,0)", "slice axis 1: [0, 7) is outside [0, 6)"),
+    ("%2 = slice.f32[2,3] %0 starts=(0,)", "needs starts= one integer per axis"),
+    ("%2 = slice.f32[2,3] %0", "needs starts="),
+    ("%2 = slice.f32[2] %0 starts=(0,0)", "changes the rank"),
+    ("%2 = concat.f32[4,8] %0, %1 axis=2", "axis= an axis in [0, 2)"),
+    ("%2 = concat.f32[4,8] %0, %1", "axis= an axis"),
+    ("%2 = concat.f32[10,6] %0, %1 axis=0", "concat operand 1 [4, 2] differs from [4, 6] off "
+                                            "axis 0"),
+    ("%2 = concat.f32[4,9] %0, %1 axis=1", "declared shape [4, 9] but operands give [4, 8]"),
+    ("%2 = cvt.f64[4,2] %1\n%3 = concat.f32[4,8] %0, %2 axis=1", "differ in dtype"),
+    ("%2 = concat.f32[4,6] axis=0", "at least one operand"),
+])
+def test_verifier_names_the_bad_slice_or_concat(line, fragment):
+    last = line.splitlines()[-1].split(" = ")[0]
+    p = _parse(f"{line}\nstg.f32[1] {last} out=0")
+    with pytest.raises(VerifyError) as e:
+        p.verify()
+    assert fragment in str(e.value)
+    assert "slice.f32" in str(e.value) or "concat.f32" in str(e.value)
+
+
+def test_good_slices_and_concats_verify():
+    p = _parse("%2 = slice.f32[0,6] %0 starts=(4,0)\n"  # empty, starting at the end
+               "%3 = slice.f32[4,2] %0 starts=(0,4)\n"
+               "%4 = concat.f32[4,8] %0, %1 axis=1\n"
+               "%5 = concat.f32[8,2] %3, %1 axis=0\n"
+               "%6 = concat.f32[4,2] %1 axis=1\n"  # one part
+               "stg.f32[0,6] %2 out=0\nstg.f32[4,8] %4 out=1\nstg.f32[8,2] %5 out=2\n"
+               "stg.f32[4,2] %6 out=3")
+    p.verify()
+
+
+def test_builder_slices_splits_and_concats():
+    x = b.ldg(0, "f32", (4, 6))
+    assert b.slice(x, (0, 0), (4, 6)) is x  # all of x
+    assert b.concat([x], 1) is x
+    q, k, v = b.split(x, (1, 2, 3), -1)
+    assert [s.attr("starts") for s in (q, k, v)] == [(0, 0), (0, 1), (0, 3)]
+    assert [s.shape for s in (q, k, v)] == [(4, 1), (4, 2), (4, 3)]
+    assert b.concat([q, k, v], -1).attr("axis") == 1
+    with pytest.raises(VerifyError, match="slice axis 1"):
+        b.slice(x, (0, 5), (4, 2))
+    with pytest.raises(ShapeError, match="do not add up"):
+        b.split(x, (2, 2), 1)
+    with pytest.raises(VerifyError, match="out of range"):
+        b.split(x, (4,), 2)
+    with pytest.raises(VerifyError, match="at least one operand"):
+        b.concat([], 0)
+    with pytest.raises(VerifyError, match="off axis 0"):
+        b.concat([x, b.ldg(1, "f32", (4, 5))], 0)
+    assert [p.shape for p in Var(x).split((2, 2), 0)] == [(2, 6), (2, 6)]
+
+
+def test_text_round_trip():
+    p = b.program(lambda x, y: (x.slice((1, 2), (2, 3)),
+                                _cat(x.exp(), y, x, axis=1)),
+                  [("f32", (4, 6)), ("f32", (4, 2))])
+    text = str(p)
+    assert "slice.f32[2,3] %0 starts=(1,2)" in text and "axis=1" in text
+    q = Program.parse(text)
+    assert q == p and q.hash == p.hash and str(q) == text
+
+
+def test_reference_is_numpy_slicing_and_concatenate():
+    x = np.arange(24, dtype=np.float64).reshape(4, 6)
+    y = -np.arange(8, dtype=np.float64).reshape(4, 2)
+    p = b.program(lambda a, c: (a.slice((1, 2), (2, 3)), _cat(a, c, axis=1),
+                                _cat(c, c, axis=0), a.slice((4, 0), (0, 6))),
+                  [("f64", x.shape), ("f64", y.shape)])
+    outs, _ = evaluate(p, [x, y])
+    np.testing.assert_array_equal(outs[0], x[1:3, 2:5])
+    np.testing.assert_array_equal(outs[1], np.concatenate([x, y], 1))
+    np.testing.assert_array_equal(outs[2], np.concatenate([y, y], 0))
+    assert outs[3].shape == (0, 6)
+
+
+# --- CPU kernels against the reference -------------------------------------------------------
+def _window(x: Var, axis: int, start: int, size: int) -> Var:
+    return x.slice(tuple(start if d == axis else 0 for d in range(x.ndim)),
+                   tuple(size if d == axis else n for d, n in enumerate(x.shape)))
+
+
+CASES: dict[str, tuple] = {
+    "slice_rows_exp": (lambda x: _window(x, 0, 1, 2).exp(), [(4, 6)]),
+    "slice_window_2d": (lambda x: x.slice((1, 2), (2, 3)) * 2.0, [(4, 6)]),
+    "slice_empty": (lambda x: _window(x, 1, 6, 0) + 1.0, [(4, 6)]),
+    "slice_of_size1_axes": (lambda x: x.slice((0, 1), (1, 3)).tanh(), [(1, 5)]),
+    "slice_of_broadcast": (lambda x, y: (x + y).slice((1, 2), (2, 3)), [(4, 5), (1, 5)]),
+    "slice_of_expand": (lambda x: x.expand((4, 5)).slice((1, 1), (3, 2)), [(1, 5)]),
+    "slice_of_permute": (lambda x: x.T.slice((2, 1), (3, 2)), [(4, 6)]),
+    "slice_then_reduce": (lambda x: _window(x, 1, 2, 3).sum(1), [(4, 6)]),
+    "slice_of_reduce": (lambda x: _window(x.max(1, keepdims=True), 0, 1, 2) + x.slice(
+        (1, 0), (2, 6)), [(4, 6)]),
+    "softmax_of_slice": (lambda x: (lambda s: (s - s.max(1, keepdims=True)).exp() / (
+        s - s.max(1, keepdims=True)).exp().sum(1, keepdims=True))(_window(x, 1, 1, 4)),
+        [(3, 6)]),
+    "cat_axis0": (lambda x, y: _cat(x, y.exp(), axis=0), [(2, 3), (4, 3)]),
+    "cat_axis1_three": (lambda x, y: _cat(x.exp(), y * 2.0, x, axis=1), [(4, 6), (4, 2)]),
+    "cat_middle_axis_3d": (lambda x, y: _cat(x, y, x, axis=1) + 1.0, [(2, 3, 4), (2, 1, 4)]),
+    "cat_with_empty_part": (lambda x, y: _cat(x, y, x, axis=1), [(3, 2), (3, 0)]),
+    "cat_all_empty": (lambda x: _cat(x, x, axis=1), [(3, 0)]),
+    "cat_of_empty_rows": (lambda x, y: _cat(x, y, axis=1), [(0, 2), (0, 3)]),
+    "cat_size1_parts": (lambda x, y: _cat(x, y, axis=0), [(1, 1), (1, 1)]),
+    "cat_then_reduce_over_axis": (lambda x, y: _cat(x, y, axis=1).max(1), [(4, 5), (4, 2)]),
+    "cat_then_sum_other_axis": (lambda x, y: _cat(x, y, axis=1).sum(0), [(4, 5), (4, 2)]),
+    "cat_of_reductions": (lambda x: _cat(x.sum(1, keepdims=True), x.max(1, keepdims=True),
+                                         axis=1), [(4, 5)]),
+    "cat_const_parts": (lambda x: _cat(Var(b.const(0.0, x.dtype, (4, 1))), x,
+                                       Var(b.const(-1.5, x.dtype, (4, 2))), axis=1), [(4, 3)]),
+    "split_cat_reversed": (lambda x: _cat(*reversed(x.split((1, 2, 3), 1)), axis=1),
+                           [(3, 6)]),
+    "slice_across_parts": (lambda x, y: _cat(x, y, axis=1).slice((0, 3), (4, 4)),
+                           [(4, 5), (4, 3)]),
+    "cat_broadcast_parts": (lambda x, y: _cat(x.expand((4, 3)), y, axis=1) * y.sum(),
+                            [(1, 3), (4, 2)]),
+    "cat_scalar_rows": (lambda x, y: _cat(x, y, axis=0), [(1,), (5,)]),
+}
+
+
+def _program(name: str, dtype: str) -> tuple[Program, list[np.ndarray]]:
+    fn, shapes = CASES[name]
+    specs = [(dtype, s) for s in shapes]
+    return b.program(fn, specs, name=name), random_inputs(specs, seed=len(name))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cpu_matches_reference(name, dtype):
+    ex = _compiled_executor()
+    p, ins = _program(name, dtype)
+    want, _ = evaluate(p, ins)
+    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
+    ex.launch(p, ins, got)
+    for g, w in zip(got, want, strict=True):
+        assert_close(g, w, rtol=2e-6 if dtype == "f32" else 1e-12, atol=1e-6)
+
+
+def test_concat_reads_no_part_out_of_bounds():
+    """Each part is read at an index clamped into it (every part is read per element):
+    parts placed at the very ends of their own allocations, next to guard pages, would
+    fault otherwise. Checked on the source: every part's index is bounded."""
+    ex = _compiled_executor()
+    p = b.program(lambda x, y: _cat(x, y, x, axis=1), [("f32", (3, 4)), ("f32", (3, 2))])
+    src = ex.backend.compile(p).source
+    assert "? 0 :" in src and "? j : 3" in src, src
+
+
+def test_concat_kernel_is_one_launch_with_fused_work():
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    f = hg.jit(lambda a: _cat(a.exp(), a * 2.0, axis=1).sum(1))
+    np.testing.assert_allclose(f(x), np.concatenate([np.exp(x), x * 2], 1).sum(1), rtol=1e-5)
+    assert "kernel launches 4 -> 1 " in f.explain(x)  # exp, mul, concat, sum: one loop nest
+
+
+# --- GEMMs read slices in place -------------------------------------------------------------
+def _qkv(x: Var, w: Var) -> Var:
+    q, k, v = (x @ w).split((8, 8, 8), 1)
+    return (q @ k.T) @ v
+
+
+def test_gemm_reads_column_slices_in_place():
+    """q, k, v are column windows of one product: BLAS reads each at an element offset
+    (``.ob = 8``, ``.ob = 16``) with the full row stride, and nothing copies them."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    w = rng.standard_normal((6, 24)).astype(np.float32)
+    f = hg.jit(_qkv)
+    qkv = x @ w
+    want = (qkv[:, :8] @ qkv[:, 8:16].T) @ qkv[:, 16:]
+    np.testing.assert_allclose(f(x, w), want, rtol=1e-4, atol=1e-4)
+    text = f.explain(x, w)
+    if "hg_gemm_desc" not in text:
+        pytest.skip("GEMM runs as np.matmul here (no OpenBLAS driver)")
+    assert ".ob = 8," in text and ".ob = 16," in text and ".ldb = 24," in text, text
+    ex = _compiled_executor()
+    p = b.program(_qkv, [("f32", x.shape), ("f32", w.shape)])
+    steps = ex.backend.compile(p).lowered.schedule.steps
+    assert all(isinstance(s, GemmPlan) for s in steps), steps  # no copy kernel
+
+
+def test_batched_gemm_reads_head_slices_in_place():
+    """Attention's heads: a column slice of a [b*t, 3d] product, split into heads and
+    permuted, is a strided batch BLAS reads where it is."""
+    rng = np.random.default_rng(2)
+    bt, t, d, h = 2, 5, 8, 2
+    x = rng.standard_normal((bt * t, d)).astype(np.float64)
+    w = rng.standard_normal((d, 3 * d)).astype(np.float64)
+
+    def attn(x: Var, w: Var) -> Var:
+        q, k, _ = (x @ w).reshape(bt, t, 3 * d).split((d, d, d), 2)
+        q, k = (z.reshape(bt, t, h, d // h).permute(0, 2, 1, 3) for z in (q, k))
+        return q @ k.permute(0, 1, 3, 2)
+
+    p = b.program(attn, [("f64", x.shape), ("f64", w.shape)])
+    want, _ = evaluate(p, [x, w])
+    got = np.empty(want[0].shape)
+    ex = _compiled_executor()
+    ex.launch(p, [x, w], [got])
+    np.testing.assert_allclose(got, want[0], rtol=1e-12, atol=1e-12)
+    steps = ex.backend.compile(p).lowered.schedule.steps
+    assert all(isinstance(s, GemmPlan) for s in steps), steps
+
+
+def test_gemm_of_concat_is_computed_first():
+    """A CONCAT is no view: a kernel computes it, then BLAS reads the result."""
+    rng = np.random.default_rng(3)
+    a, c = rng.standard_normal((4, 3)), rng.standard_normal((4, 2))
+    m = rng.standard_normal((5, 5))
+    f = hg.jit(lambda x, y, z: _cat(x, y, axis=1) @ z)
+    np.testing.assert_allclose(f(a, c, m), np.concatenate([a, c], 1) @ m, rtol=1e-12)
+
+
+def test_numpy_matmul_fallback_takes_slices():
+    code = ("import numpy as np, hologram\n"
+            "from hologram.isa.builder import Var\n"
+            "def f(x, w):\n"
+            "    q, k, v = (x @ w).split((8, 8, 8), 1)\n"
+            "    return (q @ k.T) @ v\n"
+            "x = np.arange(30, dtype=np.float64).reshape(5, 6) / 7\n"
+            "w = np.arange(144, dtype=np.float64).reshape(6, 24) / 11\n"
+            "y = hologram.jit(f)(x, w)\n"
+            "r = x @ w\n"
+            "print(np.abs(y - (r[:, :8] @ r[:, 8:16].T) @ r[:, 16:]).max() / np.abs(y).max())\n")
+    env = {**os.environ, "HOLOGRAM_GEMM": "numpy"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout
+    assert float(out) < 1e-12
+
+
+# --- WebGPU and CUDA ----------------------------------------------------------------------------
+WG_REASON = registry.why_unavailable("webgpu")
+
+
+@pytest.mark.skipif(WG_REASON is not None, reason=f"webgpu unavailable: {WG_REASON}")
+def test_webgpu_matches_reference():
+    from .test_webgpu import assert_close as wg_close
+
+    with hg.Executor("webgpu") as wg:
+        for name in sorted(CASES):
+            p, ins = _program(name, "f32")
+            want, _ = evaluate(p, ins)
+            got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
+            wg.launch(p, ins, got)
+            for g, w in zip(got, want, strict=True):
+                wg_close(g, w, rtol=2e-5, atol=1e-5)
+        rng = np.random.default_rng(4)
+        x = rng.standard_normal((5, 6)).astype(np.float32)
+        w = rng.standard_normal((6, 24)).astype(np.float32)
+        p = b.program(_qkv, [("f32", x.shape), ("f32", w.shape)])
+        got = np.empty((5, 8), np.float32)
+        wg.launch(p, [x, w], [got])
+        wg_close(got, evaluate(p, [x, w])[0][0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cuda_kernels_compile(name):
+    from .test_cuda_compile import compile_for_gpu
+
+    compile_for_gpu(_program(name, "f32")[0])
+    assert Op.SLICE in {v.op for v in _program("slice_rows_exp", "f32")[0].instructions}
