@@ -419,3 +419,29 @@ def test_entry_point_registers_backend_without_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env=env, cwd=os.path.dirname(__file__) or ".")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_permuted_inputs_are_read_in_their_traced_layout():
+    """A transposed saved tensor (the MLP's weights in backward) is read as laid out,
+    with the permute inside the program, instead of copied to contiguous per call."""
+    import torch.fx
+
+    g = torch.fx.Graph()
+    n = g.placeholder("w")
+    for t, want in ((torch.zeros(3, 4).t(), (1, 0)), (torch.zeros(3, 4), None),
+                    (torch.zeros(2, 3, 4).permute(2, 0, 1), (1, 2, 0)),
+                    (torch.zeros(4, 6)[:, ::2], None), (torch.zeros(5), None),
+                    (torch.zeros(1, 4).t(), None)):
+        n.meta["val"] = t
+        order = cb._physical_order(n)
+        assert order == want, (t.shape, t.stride(), order)
+        if order is not None:
+            assert t.permute(order).is_contiguous()
+    # end to end: gradients through a transposed weight match eager
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 8)
+    x = torch.randn(32, 16)
+    ref = copy.deepcopy(lin)
+    torch.compile(lin, backend="hologram")(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    torch.testing.assert_close(lin.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)

@@ -897,6 +897,10 @@ class _Input:
     convert: bool = False  # the tensor's dtype is not the program's (bool->f32, int->f64)
     aux: np.ndarray | None = None  # NumPy, not torch: planning may run under fake tensors
     index_check: tuple[int, int] | None = None  # (classes, ignore_index)
+    # Axis order in which the tensor was laid out when traced, if it was a permuted
+    # contiguous tensor (a transposed weight saved for backward): the program reads
+    # that layout and permutes it itself, so no copy is made per call.
+    order: tuple[int, ...] | None = None
 
 
 class _Region:
@@ -930,7 +934,13 @@ class _Region:
             spec = _Input(node, dtypes.f64, info.shape, convert=True)
         else:
             raise Unsupported(f"input dtype {info.dtype}")
+        order = _physical_order(node)
+        if order is not None:
+            spec.order = order
+            spec.shape = tuple(info.shape[d] for d in order)
         v = Var(ldg(len(self.inputs), spec.isa, spec.shape))
+        if order is not None:
+            v = v.permute(tuple(order.index(d) for d in range(len(order))))
         if info.dtype is torch.bool:
             v = v.cast(dtypes.boolean)
         self.inputs.append(spec)
@@ -1373,6 +1383,30 @@ def _torch_runner(node: torch.fx.Node, gm: torch.fx.GraphModule
     return call
 
 
+def _physical_order(node: torch.fx.Node) -> tuple[int, ...] | None:
+    """The axis order of a traced tensor that is a permutation of a contiguous one
+    (and not contiguous itself), from its strides; None otherwise."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.ndim < 2:
+        return None
+    shape, strides = tuple(val.shape), tuple(val.stride())
+    if any(not isinstance(x, int) for x in (*shape, *strides)):
+        return None  # symbolic sizes: no fixed layout to plan for
+
+    def dense(order: tuple[int, ...]) -> bool:  # contiguous in this axis order
+        expect = 1
+        for d in reversed(order):
+            if shape[d] != 1 and strides[d] != expect:
+                return False
+            expect *= shape[d]
+        return True
+
+    if dense(tuple(range(len(shape)))):
+        return None
+    order = tuple(sorted(range(len(shape)), key=lambda d: -strides[d]))
+    return order if dense(order) else None
+
+
 def _host_array(t: torch.Tensor, spec: _Input) -> np.ndarray:
     """The NumPy view (or contiguous copy) of a tensor a program reads.
 
@@ -1383,6 +1417,8 @@ def _host_array(t: torch.Tensor, spec: _Input) -> np.ndarray:
         t = t.detach()
     if t.device.type != "cpu":
         raise RuntimeError(f"hologram_torch: tensor on {t.device}; the backend runs on the CPU")
+    if spec.order is not None:
+        t = t.permute(spec.order)  # the traced layout: contiguous again, unless it changed
     if not t.is_contiguous():
         t = t.contiguous()
     a = t.numpy()
