@@ -218,3 +218,18 @@ def test_nocopy_reshape_matches_numpy_views():
                 else:
                     got = np.lib.stride_tricks.as_strided(x, new, [s * x.itemsize for s in st])
                     np.testing.assert_array_equal(got, want)
+
+
+@needs_blas
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_gemm_in_a_forked_child():
+    """The driver's lock and BLAS thread count are reset in a forked child."""
+    a = np.ones((64, 64), np.float32)
+    f = hologram.jit(lambda x, y: x @ y)
+    f(a, a)
+    pid = os.fork()
+    if pid == 0:  # child: must not hang or crash
+        ok = bool(np.all(f(a, a) == 64))
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0

@@ -75,8 +75,19 @@ static int hg_ilp64;
 static pthread_mutex_t hg_mu = PTHREAD_MUTEX_INITIALIZER;
 static int hg_users, hg_saved;
 
+/* A fork copies the mutex as another thread may hold it, and that thread's GEMM never
+   ends in the child: give the child a fresh mutex and the user's BLAS thread count. */
+static void hg_after_fork_in_child(void) {
+  pthread_mutex_init(&hg_mu, NULL);
+  if (hg_users) hg_set_threads(hg_saved);
+  hg_users = 0;
+}
+
 void hg_gemm_init(void *s, void *d, void *set_threads, int ilp64) {
+  static int registered;
   hg_sgemm = s; hg_dgemm = d; hg_set_threads = (set_threads_t)set_threads; hg_ilp64 = ilp64;
+  if (!registered) pthread_atfork(0, 0, hg_after_fork_in_child);
+  registered = 1;
 }
 
 /* One BLAS thread while any hologram GEMM runs; the user's count comes back after. */
