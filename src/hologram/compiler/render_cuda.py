@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from ..isa.dtypes import DType
 from ..isa.opcodes import Op
-from .render_c import CRenderer, KernelPlan
+from .render_c import KernelPlan
+from .render_gpu import GPURenderer
 from .schedule import BufRef, Schedule
 
 CUDA_PRELUDE = r"""
@@ -56,13 +57,17 @@ __device__ __forceinline__ T hg_block_reduce(T v, F f, T identity) {
 _FUNCTOR = {Op.RSUM: "HgSum", Op.RPROD: "HgProd", Op.RMAX: "HgMax", Op.RMIN: "HgMin"}
 
 
-class CUDARenderer(CRenderer):
+class CUDARenderer(GPURenderer):
     """CUDA C for NVRTC. ``launch`` records how each kernel maps onto the grid."""
 
-    column_reductions = False  # reductions spread over threads instead
-
+    LOOPS = {
+        "flat": ("for (int64_t {var} = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; "
+                 "{var} < {count}; {var} += (int64_t)gridDim.x * blockDim.x) {{"),
+        "outer": "for (int64_t {var} = blockIdx.x; {var} < {count}; {var} += gridDim.x) {{",
+        "inner": "for (int64_t {var} = threadIdx.x; {var} < {count}; {var} += blockDim.x) {{",
+    }
+    FIRST_THREAD = "threadIdx.x == 0"
     max_slots = 64
-    row_scratch = False
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
         super().__init__(sched, slots)
@@ -84,17 +89,6 @@ class CUDARenderer(CRenderer):
     def signature(self, name: str) -> str:
         return f'extern "C" __global__ void {name}(HgArgs B)'
 
-    def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat") -> str:
-        if role in ("flat", "outer"):  # called after the body's phases: this decides
-            self.launch[self._kernel] = (role, count)
-        if role == "flat":
-            return (f"for (int64_t {var} = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; "
-                    f"{var} < {count}; {var} += (int64_t)gridDim.x * blockDim.x) {{")
-        if role == "outer":
-            return (f"for (int64_t {var} = blockIdx.x; {var} < {count}; "
-                    f"{var} += gridDim.x) {{")
-        return f"for (int64_t {var} = threadIdx.x; {var} < {count}; {var} += blockDim.x) {{"
-
     def phase_head(self, r: str, count: int, clauses: str, parallel: bool) -> list[str]:
         self.launch.setdefault(self._kernel, ("single", 1))
         return [f"for (int64_t {r} = threadIdx.x; {r} < {count}; {r} += blockDim.x) {{"]
@@ -110,11 +104,6 @@ class CUDARenderer(CRenderer):
             lines.append(f"{nan} = hg_block_reduce<int>({nan}, HgOr(), 0);")
         return lines
 
-    def stores(self, k: KernelPlan, x, off) -> list[str]:
-        lines = super().stores(k, x, off)
-        if off.code in ("0", "o"):  # one value per block: thread 0 writes it
-            return [f"if (threadIdx.x == 0) {{ {' '.join(lines)} }}"]
-        return lines
 
 
 def render_cuda(sched: Schedule, slots: dict[BufRef, int]) -> tuple[str, dict]:

@@ -45,7 +45,8 @@ from ..isa.dtypes import DType
 from ..isa.dtypes import f32 as F32
 from ..isa.opcodes import Group, Op, group
 from ..isa.value import Value
-from .render_c import ZERO, CRenderer, Expr, Scope
+from .render_c import ZERO, Expr, Scope
+from .render_gpu import GPURenderer
 from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
 
 WORKGROUP = 256  # invocations per workgroup for element-wise and row kernels
@@ -364,12 +365,17 @@ class WGSLProgram:
         return "\n\n".join(f"// --- {k.name} ---\n{k.source}" for k in self.kernels)
 
 
-class WGSLRenderer(CRenderer):
+class WGSLRenderer(GPURenderer):
     """WGSL for wgpu. Records per kernel the bindings it uses and its dispatch size."""
 
-    column_reductions = False  # reductions spread over threads instead
-
-    row_scratch = False  # a row is spread over the workgroup: no per-invocation row copy
+    LOOPS = {
+        "flat": ("for (var {var}: i32 = i32(hg_gid.x); {var} < {count}; "
+                 "{var} += i32(hg_nwg.x) * " + str(WORKGROUP) + ") {{"),
+        "outer": "for (var {var}: i32 = i32(hg_wid.x); {var} < {count}; {var} += i32(hg_nwg.x)) {{",
+        "inner": ("for (var {var}: i32 = i32(hg_lid.x); {var} < {count}; {var} += "
+                  + str(WORKGROUP) + ") {{"),
+    }
+    FIRST_THREAD = "hg_lid.x == 0u"
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int], f16: bool = False,
                  backend: str = "webgpu") -> None:
@@ -615,22 +621,8 @@ class WGSLRenderer(CRenderer):
                 "    @builtin(workgroup_id) hg_wid: vec3<u32>,\n"
                 "    @builtin(num_workgroups) hg_nwg: vec3<u32>)")
 
-    def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat") -> str:
-        if role in ("flat", "outer"):  # called after the body's phases: this decides
-            self.launch[self._kernel] = (role, count)
-        if role == "flat":
-            return (f"for (var {var}: i32 = i32(hg_gid.x); {var} < {count}; "
-                    f"{var} += i32(hg_nwg.x) * {WORKGROUP}) {{")
-        if role == "outer":
-            return (f"for (var {var}: i32 = i32(hg_wid.x); {var} < {count}; "
-                    f"{var} += i32(hg_nwg.x)) {{")
-        return f"for (var {var}: i32 = i32(hg_lid.x); {var} < {count}; {var} += {WORKGROUP}) {{"
-
-    def stores(self, k: KernelPlan, x: Expr, off: Expr) -> list[str]:
-        lines = [f"{self.at(dst, off.code)} = {x.code};" for _, dst in k.sinks]
-        if off.code in ("0", "o"):  # one value per workgroup: invocation 0 writes it
-            return [f"if (hg_lid.x == 0u) {{ {' '.join(lines)} }}"]
-        return lines
+    def store_lines(self, k: KernelPlan, x: Expr, off: Expr) -> list[str]:
+        return [f"{self.at(dst, off.code)} = {x.code};" for _, dst in k.sinks]
 
     def module(self, entry: str) -> str:
         """The shader module around one entry point: directives, bindings, helpers."""
