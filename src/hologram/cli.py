@@ -146,6 +146,11 @@ class DemoCase:
 
 
 def _median_time(fn: Callable[[], Any], repeat: int) -> float:
+    """Median of ``repeat`` timed calls, after a pause and one untimed call: the other
+    side's thread pool (OpenBLAS spins ~0.1 s after a NumPy matmul) goes idle first,
+    so each side is timed as it runs on its own (benchmarks/README.md, "settled")."""
+    time.sleep(0.2)
+    fn()
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -284,7 +289,8 @@ def cmd_demo_ops(args: argparse.Namespace) -> int:
         name = ex.backend_name
         print(f"hologram {__version__} demo on backend {name!r} "
               f"({registry.REGISTRY[name].summary})")
-        print(f"median of {args.repeat} runs; speedup = numpy time / hologram time; "
+        print(f"median of {args.repeat} runs, each side after a 0.2 s pause (so neither "
+              "pays for the other's idle threads); speedup = numpy time / hologram time; "
               "first call includes building and compiling the program\n")
         rows, ok = run_demo(ex, args.size, args.dim, args.repeat)
     print(format_table(rows))
