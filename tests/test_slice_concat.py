@@ -181,9 +181,28 @@ def test_concat_reads_no_part_out_of_bounds():
     parts placed at the very ends of their own allocations, next to guard pages, would
     fault otherwise. Checked on the source: every part's index is bounded."""
     ex = _compiled_executor()
-    p = b.program(lambda x, y: _cat(x, y, x, axis=1), [("f32", (3, 4)), ("f32", (3, 2))])
+    # a concat used inside an expression: one loop nest, a clamped select chain
+    p = b.program(lambda x, y: _cat(x, y, x, axis=1) * 2.0,
+                  [("f32", (3, 4)), ("f32", (3, 2))])
     src = ex.backend.compile(p).source
     assert "? 0 :" in src and "? j : 3" in src, src
+
+
+def test_stored_concat_writes_each_part_in_its_own_loop():
+    """A concat that is the stored value: one loop nest per part, each over the part's
+    own shape and writing its window, so nothing is selected or clamped."""
+    ex = _compiled_executor()
+    p = b.program(lambda x, y: _cat(x.exp(), y, x, axis=1),
+                  [("f32", (3, 4)), ("f32", (3, 2))])
+    src = ex.backend.compile(p).source
+    assert "? 0 :" not in src and src.count("= expf(") == 1, src  # exp computed once
+    for off in ("+ j]", "+ (j + 4)]", "+ (j + 6)]"):
+        assert off in src, (off, src)
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    y = np.random.default_rng(2).standard_normal((3, 2)).astype(np.float32)
+    out = np.empty((3, 10), np.float32)
+    ex.launch(p, [x, y], [out])
+    np.testing.assert_allclose(out, np.concatenate([np.exp(x), y, x], 1), rtol=1e-6)
 
 
 def test_concat_kernel_is_one_launch_with_fused_work():

@@ -22,6 +22,7 @@ class GPURenderer(CRenderer):
     """Loop roles as grid, block and thread loops; one writer for a block's value."""
 
     column_reductions = False  # reductions spread over threads instead
+    concat_loops = False  # a kernel is one loop nest mapped onto the grid
     row_scratch = False  # a row is spread over the block: no per-thread row copy
     #: role -> loop header, formatted with ``var`` and ``count``
     LOOPS: ClassVar[dict[str, str]] = {}
