@@ -19,14 +19,14 @@ from ..compiler import blas
 from ..compiler.gemm_layout import GemmDesc, gemm_desc
 from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launches
 from ..compiler.render_c import gemm_step_name, render_kernels
-from ..compiler.schedule import BufRef, GemmPlan, KernelPlan
+from ..compiler.schedule import BufRef, GemmPlan, KernelPlan, view_chain
 from ..isa.opcodes import Op
 from ..isa.program import Program
 from ..isa.value import Value
 from ..memory.address import data_pointer
 from ..memory.output_cache import output_cache
 from .base import Backend
-from .reference import ReferenceBackend, slice_index
+from .reference import VIEWS, ReferenceBackend
 
 _warned = False
 
@@ -87,26 +87,9 @@ def _view(ref: BufRef, arrays: list[np.ndarray], slots: dict[BufRef, int]) -> np
     return a.reshape(ref.shape)
 
 
-def _operand_recipe(v: Value, bufs: dict[int, BufRef]) -> tuple[BufRef, list[Value]]:
-    chain = []
-    while id(v) not in bufs:
-        chain.append(v)
-        v = v.srcs[0]
-    return bufs[id(v)], chain[::-1]
-
-
-# How NumPy takes each view op of a GEMM operand's chain (the np.matmul fallback).
-_VIEWS: dict[Op, Callable[[np.ndarray, Value], np.ndarray]] = {
-    Op.RESHAPE: lambda a, m: a.reshape(m.shape),
-    Op.PERMUTE: lambda a, m: a.transpose(m.attr("perm")),
-    Op.EXPAND: lambda a, m: np.broadcast_to(a, m.shape),
-    Op.SLICE: lambda a, m: a[slice_index(m)],
-}
-
-
 def _apply_chain(a: np.ndarray, chain: list[Value]) -> np.ndarray:
     for m in chain:
-        a = _VIEWS[m.op](a, m)
+        a = VIEWS[m.op](a, m)
     return a
 
 
@@ -189,8 +172,8 @@ class CPUBackend(Backend):
         if fn is not None:
             return lambda table, arrays: fn(table)
         bufs, slots = low.schedule.buffers, low.slots
-        a_ref, a_chain = _operand_recipe(step.value.srcs[0], bufs)
-        b_ref, b_chain = _operand_recipe(step.value.srcs[1], bufs)
+        (a_root, a_chain), (b_root, b_chain) = (view_chain(s, bufs) for s in step.value.srcs)
+        a_ref, b_ref = bufs[id(a_root)], bufs[id(b_root)]  # the scheduler made them buffers
         out_ref = step.out
 
         def gemm(table: Any, arrays: list[np.ndarray]) -> None:

@@ -91,6 +91,16 @@ def slice_index(v: Value) -> tuple[slice, ...]:
     return tuple(slice(s, s + n) for s, n in zip(v.attr("starts"), v.shape, strict=True))
 
 
+#: How NumPy takes each view op (a view of its operand, never a copy): the reference's
+#: semantics, and the CPU backend's np.matmul fallback applies the same to GEMM operands.
+VIEWS: dict[Op, Callable[[np.ndarray, Value], np.ndarray]] = {
+    Op.RESHAPE: lambda a, v: a.reshape(v.shape),
+    Op.PERMUTE: lambda a, v: np.transpose(a, v.attr("perm")),
+    Op.EXPAND: lambda a, v: np.broadcast_to(a, v.shape),
+    Op.SLICE: lambda a, v: a[slice_index(v)],
+}
+
+
 def phi_offset(phi: tuple[int, int, int]) -> int:
     (_, n_cls), (_, n_page), (_, n_byte) = PHI_BOUNDS
     c, p, b = phi
@@ -152,14 +162,8 @@ def evaluate(
                 axes = v.attr("axes")
                 extra = {"initial": _identity(v.op, x.dtype)} if x.size == 0 else {}
                 r = REDUCE[v.op](x, axis=axes, keepdims=True, **extra)
-            elif v.op is Op.RESHAPE:
-                r = src[0].reshape(v.shape)
-            elif v.op is Op.EXPAND:
-                r = np.broadcast_to(src[0], v.shape)
-            elif v.op is Op.PERMUTE:
-                r = np.transpose(src[0], v.attr("perm"))
-            elif v.op is Op.SLICE:
-                r = src[0][slice_index(v)]
+            elif v.op in VIEWS:
+                r = VIEWS[v.op](src[0], v)
             elif v.op is Op.CONCAT:
                 r = np.concatenate(src, axis=v.attr("axis"))
             elif v.op is Op.GEMM:

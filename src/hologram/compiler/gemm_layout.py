@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..isa.opcodes import Op
-from ..isa.value import Value
-from .schedule import VIEW_OPS, BufRef
+from ..isa.value import Value, contiguous_strides
+from .schedule import BufRef, view_chain
 
 #: Batch axes the runtime's descriptor has room for (contiguous ones are merged first).
 MAX_BATCH_DIMS = 6
@@ -56,40 +56,19 @@ class GemmDesc:
     b: Operand
     c: Operand
 
-    @property
-    def flops(self) -> int:
-        nb = 1
-        for s in self.batch:
-            nb *= s
-        return 2 * nb * self.m * self.n * self.k
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    out, acc = [], 1
-    for s in reversed(shape):
-        out.append(acc)
-        acc *= s
-    return tuple(out[::-1])
-
 
 def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
     """The strided view a chain of movement ops over a buffer amounts to, or None
     when a reshape would need a copy (NumPy's rule: only reshape contiguous data)."""
-    chain: list[Value] = []
-    while id(v) not in buffers:
-        if v.op not in VIEW_OPS:
-            return None
-        chain.append(v)
-        v = v.srcs[0]
-    ref = buffers[id(v)]
-    if ref.kind == "arena":
-        if ref.offset % ref.dtype.itemsize:
-            return None
-        offset = ref.offset // ref.dtype.itemsize
-    else:
-        offset = 0
+    root, chain = view_chain(v, buffers)
+    if id(root) not in buffers:
+        return None
+    ref = buffers[id(root)]
+    offset = _element_offset(ref)
+    if offset is None:
+        return None
     shape, strides = ref.shape, contiguous_strides(ref.shape)
-    for m in reversed(chain):
+    for m in chain:
         if m.op is Op.RESHAPE:
             new = nocopy_reshape(shape, strides, m.shape)
             if new is None:
@@ -109,6 +88,15 @@ def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
             strides = tuple(0 if o == 1 and s != 1 else st
                             for o, s, st in zip(old_shape, shape, old_strides, strict=True))
     return Strided(ref, offset, tuple(shape), tuple(strides))
+
+
+def _element_offset(ref: BufRef) -> int | None:
+    """Where ``ref`` starts in its slot, in elements (arena data lies at a byte offset);
+    None if that is not a whole number of elements."""
+    if ref.kind != "arena":
+        return 0
+    q, r = divmod(ref.offset, ref.dtype.itemsize)
+    return None if r else q
 
 
 def nocopy_reshape(shape: tuple[int, ...], strides: tuple[int, ...],
@@ -191,8 +179,8 @@ def gemm_desc(v: Value, buffers: dict[int, BufRef], out: BufRef,
     if la is None or lb is None:
         return None
     c_strides = contiguous_strides(v.shape)
-    c_off = out.offset // out.dtype.itemsize if out.kind == "arena" else 0
-    if out.kind == "arena" and out.offset % out.dtype.itemsize:
+    c_off = _element_offset(out)
+    if c_off is None:
         return None
     nbd = len(batch)
     shape, (sa, sb, sc) = _merge_batch(tuple(batch), [a.strides[:nbd], b.strides[:nbd],

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..isa.dtypes import DType
 from ..isa.opcodes import ELEMENTWISE, Group, Op, group
-from ..isa.value import Value
+from ..isa.value import Value, contiguous_strides
 from .blas import GEMM_DESC_C
 from .gemm_layout import MAX_BATCH_DIMS, GemmDesc
 from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
@@ -151,13 +151,7 @@ class CRenderer:
             return f"({t} *)((char *)B[{slot}] + {ref.offset})"
         return f"({t} *)B[{slot}]"
 
-    @staticmethod
-    def strides(shape: tuple[int, ...]) -> list[int]:
-        out, acc = [], 1
-        for s in reversed(shape):
-            out.append(acc)
-            acc *= s
-        return out[::-1]
+    strides = staticmethod(contiguous_strides)
 
     def offset(self, shape: tuple[int, ...], idx: tuple[Expr, ...]) -> Expr:
         terms, vars_ = [], frozenset()

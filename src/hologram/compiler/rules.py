@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from ..isa import builder as b
-from ..isa.opcodes import GROUP, Group, Op
+from ..isa.opcodes import GROUP, MOVEMENT, Group, Op
 from ..isa.value import Value
 from .rewrite import Bindings, Pat, Rule, const_scalar, order_key
 
@@ -36,7 +36,6 @@ ELEMENTWISE_OPS = frozenset(
     op for op, g in GROUP.items()
     if g in (Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY, Group.SELECT)
 )
-MOVEMENT_OPS = frozenset({Op.RESHAPE, Op.EXPAND, Op.PERMUTE, Op.SLICE})
 
 X = Pat(name="x")
 
@@ -101,7 +100,7 @@ FOLD_RULES: list[Rule] = [
          "an element-wise op of constants is a constant"),
     Rule("fold_cvt", Pat(ops={Op.CVT}, srcs=(Pat(ops={Op.CONST}, name="c"),), where=_all_const),
          _fold_cvt, "cvt of a constant is a constant"),
-    Rule("fold_movement", Pat(ops=MOVEMENT_OPS, srcs=(Pat(ops={Op.CONST}, name="c"),)),
+    Rule("fold_movement", Pat(ops=MOVEMENT, srcs=(Pat(ops={Op.CONST}, name="c"),)),
          _fold_movement, "a reshape/expand/permute/slice of a constant is a constant of its shape"),
 ]
 

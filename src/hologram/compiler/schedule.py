@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..isa.dtypes import DType
-from ..isa.opcodes import Op
+from ..isa.opcodes import MOVEMENT, Op
 from ..isa.program import Program
 from ..isa.value import Shape, Value
 
@@ -76,25 +76,26 @@ class NeedsMaterialize(Exception):
         self.value = value
 
 
-# Movement ops a strided view expresses (a GEMM reads them in place). A CONCAT is not
-# one: its parts live in different buffers, so a kernel computes it.
-VIEW_OPS = frozenset({Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE})
-
-
-def is_view_chain(v: Value, buffers: dict[int, BufRef]) -> bool:
-    """True if ``v`` is movement ops over a materialized value (a NumPy view suffices)."""
-    while id(v) not in buffers:
-        if v.op not in VIEW_OPS:
-            return False
+def view_chain(v: Value, buffers: dict[int, BufRef]) -> tuple[Value, list[Value]]:
+    """(root, views): the first value under ``v``'s movement ops that is computed or
+    materialized, and those ops from the root up to ``v`` (innermost first). Movement
+    ops are strided views (a GEMM reads them in place); a CONCAT is not one: its parts
+    live in different buffers, so a kernel computes it."""
+    chain = []
+    while id(v) not in buffers and v.op in MOVEMENT:  # views: read through, never copied
+        chain.append(v)
         v = v.srcs[0]
-    return True
+    return v, chain[::-1]
 
 
 def view_root(v: Value, buffers: dict[int, BufRef]) -> Value:
     """The first value under ``v``'s movement ops that is computed (or materialized)."""
-    while id(v) not in buffers and v.op in VIEW_OPS:
-        v = v.srcs[0]
-    return v
+    return view_chain(v, buffers)[0]
+
+
+def is_view_chain(v: Value, buffers: dict[int, BufRef]) -> bool:
+    """True if ``v`` is movement ops over a materialized value (a NumPy view suffices)."""
+    return id(view_root(v, buffers)) in buffers
 
 
 def storage_root(v: Value, buffers: dict[int, BufRef]) -> Value:

@@ -116,6 +116,8 @@ ELEMENTWISE: frozenset[Group] = frozenset(
     {Group.CONST, Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY, Group.SELECT,
      Group.CAST}
 )
+# Movement ops: views of their operand (a new shape over the same elements, no copy).
+MOVEMENT: frozenset[Op] = frozenset(op for op, g in GROUP.items() if g is Group.MOVEMENT)
 # Binary ops whose operands may be swapped.
 COMMUTATIVE: frozenset[Op] = frozenset({Op.ADD, Op.MUL, Op.MIN, Op.MAX, Op.CMPEQ})
 # Unary/binary ops defined only on floating-point dtypes.

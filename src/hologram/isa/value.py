@@ -20,6 +20,15 @@ Shape = tuple[int, ...]
 Attrs = tuple[tuple[str, Any], ...]
 
 
+def contiguous_strides(shape: Shape) -> Shape:
+    """Row-major strides of ``shape``, in elements."""
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(out[::-1])
+
+
 def _attr_key(v: Any) -> Any:
     """A dict key for an attribute value: floats by bit pattern, so NaN equals NaN
     and 0.0 differs from -0.0 (both matter for exact rewrites)."""

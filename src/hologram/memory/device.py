@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from ..errors import ArgumentTypeError, ShapeError
+from ..isa.value import contiguous_strides
 
 
 class DeviceMemory(Protocol):
@@ -125,11 +126,7 @@ class DeviceArray:
     @property
     def strides(self) -> tuple[int, ...]:
         """C-contiguous strides (what the aliasing check compares)."""
-        out, step = [], self.dtype.itemsize
-        for d in reversed(self.shape):
-            out.append(step)
-            step *= d
-        return tuple(reversed(out))
+        return tuple(s * self.dtype.itemsize for s in contiguous_strides(self.shape))
 
     @property
     def flags(self) -> Flags:
