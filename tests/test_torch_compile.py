@@ -445,3 +445,84 @@ def test_permuted_inputs_are_read_in_their_traced_layout():
     torch.compile(lin, backend="hologram")(x).square().sum().backward()
     ref(x).square().sum().backward()
     torch.testing.assert_close(lin.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)
+
+
+def _stored_values(program_text: str) -> list[str]:
+    return [line.split()[1] for line in program_text.splitlines() if line.startswith("stg")]
+
+
+def test_views_of_stored_values_are_aliases_not_second_outputs():
+    """AOT autograd saves both ``relu`` and ``detach(relu)``: the detach is made by
+    PyTorch from the stored tensor (an alias, as in eager), not stored twice."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                          nn.Linear(16, 4))
+    graphs = _check_train_step(model, lambda m, x: (m(x) ** 2).mean(), torch.randn(6, 8))
+    _no_fallback(graphs)
+    for g in graphs:
+        for r in g.regions:
+            stored = _stored_values(r.program_text)
+            assert len(stored) == len(set(stored)), (g.kind, r.program_text)
+    fw = next(g for g in graphs if g.kind == "forward")
+    assert len(_stored_values(fw.regions[0].program_text)) == 3  # relu, relu_1, logits
+
+
+def test_region_reads_tensors_in_place_and_copies_other_layouts():
+    """The per-call path hands tensors' addresses to the program when dtype, shape and
+    strides are the planned ones, and views or copies anything else first."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from hologram.interop import default_executor
+
+    def f(x, w):
+        return torch.relu(x @ w.t() + 1.0) * x.sum()
+
+    x, w = torch.randn(5, 4), torch.randn(3, 4)
+    gm = make_fx(f)(x, w)
+    graph = cb.HologramGraph(gm, "inference", default_executor("cpu"))
+    plan = graph.plans[0]
+    assert len(plan.regions) == 1
+    region = plan.regions[0]
+    compiled = graph.executor.compile(region.program)
+    assert graph.executor.backend.pointer_launcher(compiled) is not None
+    want = f(x, w)
+    copied = []
+    real_host_array = cb._host_array
+
+    def host_array(t, spec):
+        copied.append(t)
+        return real_host_array(t, spec)
+
+    cases = {  # name: (x, copies made)
+        "contiguous": (x, 0),
+        "requires grad": (x.clone().requires_grad_(), 0),
+        "offset view": (torch.randn(6, 4)[1:].copy_(x), 0),
+        "transposed storage": (torch.randn(4, 5).t().copy_(x), 1),
+        "strided": (torch.randn(5, 8)[:, ::2].copy_(x), 1),
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cb, "_host_array", host_array)
+        for name, (a, n_copies) in cases.items():
+            copied.clear()
+            out = graph([a, w])
+            got = out[0] if isinstance(out, (list, tuple)) else out
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=name)
+            assert len(copied) == n_copies, name
+
+
+def test_pointer_launcher_checks_its_arguments():
+    import numpy as np
+
+    import hologram as hg
+
+    ex = hg.Executor(backend="cpu")
+    f = hg.jit(lambda a, b: a * b + 1.0)
+    a, b = np.arange(6, dtype=np.float32), np.full(6, 2.0, np.float32)
+    compiled = ex.compile(f.program_for(a, b)[0])
+    run = ex.backend.pointer_launcher(compiled)
+    out = np.zeros(6, np.float32)
+    run([a.ctypes.data, b.ctypes.data, out.ctypes.data])
+    np.testing.assert_array_equal(out, a * b + 1.0)
+    with pytest.raises(ValueError, match="expected 3 addresses"):
+        run([a.ctypes.data, b.ctypes.data])
+    assert hg.Executor(backend="reference").backend.pointer_launcher(compiled) is None

@@ -43,7 +43,8 @@ from hologram.isa.builder import Var, concat, const, elementwise, ldg, make, stg
 from hologram.isa.dtypes import DType
 from hologram.isa.opcodes import Op
 from hologram.isa.program import Program
-from hologram.isa.value import Value
+from hologram.isa.value import Value, contiguous_strides
+from hologram.memory.address import data_pointer
 from hologram.ops import composites
 
 __all__ = [
@@ -89,6 +90,7 @@ class TInfo:
 
 
 ISA_FLOAT: dict[torch.dtype, DType] = {torch.float32: dtypes.f32, torch.float64: dtypes.f64}
+TORCH_FLOAT: dict[DType, torch.dtype] = {v: k for k, v in ISA_FLOAT.items()}
 # Integer tensors (class indices, counts of a mask) are carried as f64 inside a
 # program: exact for |values| < 2**53, which is what such tensors hold.
 INT_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
@@ -1195,9 +1197,9 @@ class _Plan:
                 kept.extend(("torch", n) for n in obj.mirrors)
                 kept.extend(("none", n) for n in obj.none_outputs)
                 continue
-            if kind == "region":
-                kept.extend(("torch", n) for n in obj.mirrors)
             kept.append((kind, obj))
+            if kind == "region":  # after it: a mirror may view what the region stores
+                kept.extend(("torch", n) for n in obj.mirrors)
         self.steps = kept
         self.regions = [r for r in self.regions if r.program is not None]
         for i, r in enumerate(self.regions):
@@ -1270,12 +1272,17 @@ class _Plan:
             if any(region_of.get(u) is not r for u in n.users):
                 needed.append(n)
         mirrors: list[torch.fx.Node] = []
+        # Values the program stores; a free view of one (AOT autograd saves both `relu`
+        # and `detach(relu)` for backward) is made by PyTorch from the stored tensor,
+        # an alias as in eager, instead of being stored twice.
+        stored = {n for n in needed if n not in r.view_only and r.env[n] is not None}
+        stored -= {n for n in stored if _view_of(n, stored | r.view_only, region_of, r)}
 
         def mirror(n: torch.fx.Node) -> None:
             if n in mirrors:
                 return
             for s in n.all_input_nodes:
-                if region_of.get(s) is r:
+                if region_of.get(s) is r and s not in stored:
                     mirror(s)
             mirrors.append(n)
 
@@ -1285,10 +1292,10 @@ class _Plan:
             if v is None:  # e.g. a gradient output_mask did not ask for
                 r.none_outputs.append(n)
                 continue
-            if n in r.view_only:  # a view of an input: PyTorch makes it without a copy
-                mirror(n)
-            else:
+            if n in stored:
                 outs.append((n, v, infos[n]))
+            else:  # a view of an input or of a stored value: PyTorch makes it, no copy
+                mirror(n)
         order = {n: i for i, n in enumerate(r.nodes)}
         r.mirrors = sorted(mirrors, key=order.__getitem__)
         if not outs:
@@ -1338,6 +1345,18 @@ class _Plan:
             for n in frees:
                 env.pop(n, None)
         return torch.fx.node.map_arg(self.output_args, env.__getitem__)
+
+
+def _view_of(n: torch.fx.Node, available: set[torch.fx.Node],
+             region_of: dict[torch.fx.Node, Any], r: Any) -> bool:
+    """Whether ``n`` is a view op eager PyTorch makes for free (detach, t, view, ...)
+    whose tensor operands from region ``r`` are all in ``available``."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    if n.target.overloadpacket not in FREE_IN_EAGER:
+        return False
+    srcs = [s for s in n.all_input_nodes if region_of.get(s) is r]
+    return bool(srcs) and all(s in available and s is not n for s in srcs)
 
 
 def _may_mutate(node: torch.fx.Node) -> bool:
@@ -1512,6 +1531,22 @@ def _carrier(td: torch.dtype) -> torch.dtype:
     return torch.float32 if td is torch.bool else torch.float64 if td in INT_DTYPES else td
 
 
+def _in_place_layout(spec: _Input) -> tuple[torch.dtype, tuple[int, ...], tuple[int, ...]] | None:
+    """(dtype, shape, strides) a tensor must have for a program to read its memory as
+    it is; None for inputs that always go through :func:`_host_array` (converted,
+    range-checked, or auxiliary arrays the plan made)."""
+    if spec.node is None or spec.convert or spec.index_check is not None:
+        return None
+    strides = contiguous_strides(spec.shape)
+    if spec.order is None:
+        return TORCH_FLOAT[spec.isa], spec.shape, strides
+    # A permuted contiguous tensor: axis order[i] of the tensor is axis i of the program.
+    shape, st = [0] * len(spec.order), [0] * len(spec.order)
+    for i, d in enumerate(spec.order):
+        shape[d], st[d] = spec.shape[i], strides[i]
+    return TORCH_FLOAT[spec.isa], tuple(shape), tuple(st)
+
+
 def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
                    ) -> Callable[[dict[torch.fx.Node, Any]], None]:
     assert r.program is not None
@@ -1519,12 +1554,50 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
     guard = _BlasThreads(_blas_threads_for(program, blas_threads))
     compiled = ex.compile(program)
     in_specs = list(r.inputs)
-    aux = [s.aux for s in in_specs]
     # Bool results leave a program as f32 and integer ones as f64 (the executor's
     # dtypes); PyTorch converts them back, exactly.
     outs = [(n, info.shape, info.dtype, _carrier(info.dtype)) for n, _, info in r.outputs]
-
     nones = list(r.none_outputs)
+
+    def finish(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
+        for (node, _, td, carrier), t in zip(outs, results, strict=True):
+            env[node] = t if td is carrier else t.to(td)
+
+    direct = ex.backend.pointer_launcher(compiled)
+    if direct is not None:
+        # The per-call path of every training step: tensors' addresses go straight into
+        # the program's pointer table. A tensor is read in place when it has the
+        # planned dtype, shape and strides (dynamo's guards make that the rule);
+        # anything else is viewed or copied by _host_array, as on the general path.
+        reads = [(s.node, s, _in_place_layout(s),
+                  data_pointer(s.aux) if s.aux is not None else 0) for s in in_specs]
+
+        def run_direct(env: dict[torch.fx.Node, Any]) -> None:
+            for n in nones:
+                env[n] = None
+            pointers: list[int] = []
+            copies: list[np.ndarray] = []  # alive until the program has run
+            for node, spec, layout, aux_ptr in reads:
+                if node is None:
+                    pointers.append(aux_ptr)
+                    continue
+                t = env[node]
+                if (layout is not None and t.dtype is layout[0] and t.is_cpu
+                        and t.shape == layout[1] and t.stride() == layout[2]):
+                    pointers.append(t.data_ptr())
+                else:
+                    a = _host_array(t, spec)
+                    copies.append(a)
+                    pointers.append(data_pointer(a))
+            results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
+            pointers.extend(t.data_ptr() for t in results)
+            with guard:
+                direct(pointers)
+            finish(env, results)
+
+        return run_direct
+
+    aux = [s.aux for s in in_specs]
 
     def run(env: dict[torch.fx.Node, Any]) -> None:
         for n in nones:
@@ -1538,8 +1611,7 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
             # check cost as much as a small kernel. No program here uses Φ addressing,
             # so no boundary arena is passed.
             ex.backend.launch(compiled, arrays, [t.numpy() for t in results])
-        for (node, _, td, carrier), t in zip(outs, results, strict=True):
-            env[node] = t if td is carrier else t.to(td)
+        finish(env, results)
 
     return run
 

@@ -8,7 +8,7 @@ arrays that view the executor's pools, so results land in place.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,17 @@ class Backend(ABC):
              arena: np.ndarray | None = None) -> Any:
         """A zero-argument callable repeating this launch; backends may precompute more."""
         return lambda: self.launch(compiled, inputs, outputs, arena)
+
+    def pointer_launcher(self, compiled: Any) -> Callable[[Sequence[int]], None] | None:
+        """A launch that takes raw host addresses (inputs, then outputs) instead of
+        arrays, or None where this backend or program needs arrays.
+
+        Callers that hold their own tensors (``hologram_torch``'s compile backend)
+        use it to skip building a NumPy view of every tensor on every call, which
+        cost more than the small kernels a training step runs. The caller has
+        checked every address's dtype, shape and layout against the program.
+        """
+        return None
 
     def synchronize(self) -> None:  # noqa: B027 - a no-op is right for host backends
         """Wait for launched work; host backends finish before launch returns."""

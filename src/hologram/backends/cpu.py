@@ -196,6 +196,26 @@ class CPUBackend(Backend):
         call.arrays = arrays  # type: ignore[attr-defined]  # keep the memory alive
         return call
 
+    def pointer_launcher(self, compiled: Any) -> Callable[[Sequence[int]], None] | None:
+        if (self._fallback is not None or len(compiled.steps) != 1
+                or len(compiled.raw_kernels) != 1 or compiled.program.uses_arena):
+            return None  # np.matmul steps and Φ-addressed programs take arrays
+        fn, temps = compiled.raw_kernels[0], compiled.temps
+        n = len(compiled.program.inputs) + len(compiled.program.output_specs)
+        table_type = ctypes.c_void_p * (n + len(temps) + 1)  # the last slot: no arena
+
+        def run(pointers: Sequence[int]) -> None:
+            if len(pointers) != n:
+                raise ValueError(f"expected {n} addresses (inputs, then outputs), "
+                                 f"got {len(pointers)}")
+            if not temps:
+                fn(table_type(*pointers))
+                return
+            scratch = [output_cache.empty(s, d) for d, s in temps]  # alive through the call
+            fn(table_type(*pointers, *map(data_pointer, scratch)))
+
+        return run
+
     def launch(self, compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
                arena: np.ndarray | None = None) -> None:
         if self._fallback is not None:

@@ -63,6 +63,12 @@ class Program:
         by_index = sorted(self.outputs, key=lambda v: v.attr("out", -1))
         return [(v.dtype, v.shape) for v in by_index if v.attr("out") is not None]
 
+    @cached_property
+    def uses_arena(self) -> bool:
+        """Whether a load or store is Φ-addressed (reads or writes the boundary arena)."""
+        return any(v.op in (Op.LDG, Op.STG) and v.attr("phi") is not None
+                   for v in self.instructions)
+
     def count(self) -> dict[str, int]:
         """Instructions by group, for reduction statistics."""
         counts: dict[str, int] = {}
