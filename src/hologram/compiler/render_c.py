@@ -763,42 +763,61 @@ def rows_name(name: str) -> str:
     return f"{name}_rows"
 
 
-def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule) -> bool:
+def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
+                     tile_values: frozenset[int] = frozenset()) -> bool:
     """Whether kernel ``k`` may run per GEMM tile, on the rows that tile just wrote.
 
-    That holds when ``k`` is element-wise over the GEMM's output shape in everything
-    that depends on the product: each output element then reads only the product's
-    element at the same coordinates, which its tile has written. Reductions,
-    permutes, reshapes or broadcasts of the product would read other tiles' rows.
+    A tile is whole rows of the product (``n`` elements each, batch rows flattened),
+    and the kernel then runs over the same rows of its own value. That is right when
+    everything in ``k`` that depends on the product (or on ``tile_values``: what
+    earlier epilogue kernels stored for the same rows) is element-wise or a reshape,
+    with the product's element count and last dimension: each element then reads
+    only the element at its own row-major position, which its tile has written.
+    Reductions, permutes, expands or slices of the product would read other rows.
+    A reshape is allowed because ``linear`` on a 3-D input is a 2-D GEMM viewed back
+    as 3-D; the bias add and activation after it are still per row.
     """
     g = gemm.value
     v = k.sinks[0][0]
-    if v.shape != g.shape or v is g or not g.shape or not all(
-            x.shape == v.shape for x, _ in k.sinks):
+    if not g.shape or v is g or not all(x.shape == v.shape for x, _ in k.sinks):
         return False
-    depends: dict[int, bool] = {id(g): True}
+    n = g.shape[-1]
+
+    def per_row(x: Value) -> bool:
+        return x.ndim >= 1 and x.size == g.size and x.shape[-1] == n
+
+    sources = tile_values | {id(g)}
+    depends: dict[int, bool] = {}
     stack = [v]
     order: list[Value] = []
     seen: set[int] = set()
-    while stack:  # the kernel's expression tree, stopping at other buffers
+    while stack:  # the kernel's expression tree, stopping at buffers
         x = stack.pop()
-        if id(x) in seen or id(x) == id(g):
+        if id(x) in seen:
             continue
         seen.add(id(x))
         order.append(x)
-        if id(x) in sched.buffers and x is not v:
+        if id(x) in sources or (id(x) in sched.buffers and x is not v):
             continue
         stack.extend(x.srcs)
     for x in reversed(order):  # sources before users
+        if id(x) in sources:
+            depends[id(x)] = True
+            continue
         if id(x) in sched.buffers and x is not v:
             depends[id(x)] = False
             continue
-        depends[id(x)] = any(depends.get(id(s), False) for s in x.srcs)
         if group(x.op) is Group.REDUCE:
             return False
-        if depends[id(x)] and (x.shape != v.shape or group(x.op) not in ELEMENTWISE):
+        depends[id(x)] = any(depends.get(id(s), False) for s in x.srcs)
+        if depends[id(x)] and not (per_row(x) and (group(x.op) in ELEMENTWISE
+                                                   or x.op is Op.RESHAPE)):
             return False
     return depends.get(id(v), False)
+
+
+def epilogue_name(gemm_name: str) -> str:
+    return f"{gemm_name}_epilogue"
 
 
 def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
@@ -824,14 +843,30 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
             parts.append(r.kernel(step))
             names.append(step.name)
         elif i in gemms:
-            nxt = steps[i + 1] if i + 1 < len(steps) else None
+            # The kernels right after the GEMM that work per row of it run on each tile
+            # while it is in cache: e.g. bias add (stored for backward), then GELU.
+            chain: list[KernelPlan] = []
+            tile_values: frozenset[int] = frozenset()
+            for nxt in steps[i + 1:]:
+                if not (isinstance(nxt, KernelPlan)
+                        and fusable_epilogue(step, nxt, sched, tile_values)):
+                    break
+                chain.append(nxt)
+                tile_values |= {id(x) for x, _ in nxt.sinks}
+            name = gemm_step_name(i)
             epilogue = None
-            if isinstance(nxt, KernelPlan) and fusable_epilogue(step, nxt, sched):
-                parts.append(r.rows_kernel(nxt, step.value.shape[-1]))
-                epilogue = rows_name(nxt.name)
-                fused.add(i + 1)
-            names.append(gemm_step_name(i))
-            parts.append(render_gemm(names[-1], gemms[i], slots, epilogue))
+            for j, kp in enumerate(chain, start=i + 1):
+                parts.append(r.rows_kernel(kp, step.value.shape[-1]))
+                fused.add(j)
+            if len(chain) == 1:
+                epilogue = rows_name(chain[0].name)
+            elif chain:
+                epilogue = epilogue_name(name)
+                parts.append(f"void {epilogue}(void **B, int64_t lo, int64_t hi) {{\n"
+                             + "".join(f"  {rows_name(kp.name)}(B, lo, hi);\n" for kp in chain)
+                             + "}")
+            names.append(name)
+            parts.append(render_gemm(name, gemms[i], slots, epilogue))
     if len(names) + len(fused) == len(steps) and len(names) > 1:
         parts.append("void hg_run(void **B) {\n"
                      + "".join(f"  {n}(B);\n" for n in names) + "}")
