@@ -137,6 +137,18 @@ def test_jit_writes_into_out(ex):
     y = np.ones((3, 2), np.float32)
     with pytest.raises(hg.errors.AliasError):
         g(y, out=y)
+    # overlapping but not identical memory: refused before any kernel runs
+    buf = np.arange(8, dtype=np.float32)
+    with pytest.raises(hg.errors.AliasError, match=r"outputs\[0\] partly overlaps inputs\[0\]"):
+        f(buf[:6], out=buf[2:])
+    np.testing.assert_array_equal(buf, np.arange(8))
+    two = hg.jit(lambda x: (x * 2.0, x + 1.0))
+    with pytest.raises(hg.errors.AliasError, match=r"outputs\[1\] overlaps outputs\[0\]"):
+        two(x, out=(buf[:6], buf[1:7]))
+    a, b = np.ones(6, np.float32), np.ones(6, np.float32)
+    np.testing.assert_array_equal(two(x, out=(a, b))[1], x + 1.0)  # separate arrays: fine
+    e = np.empty(0, np.float32)
+    assert f(e, out=e).size == 0  # empty arrays never overlap anything
 
 
 def test_softmax_computes_exp_once_per_element(ex):

@@ -13,22 +13,30 @@ gives cached blocks back).
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import ArgumentTypeError, DTypeError, ShapeError
-from .executor import Executor
+from .executor import Executor, check_aliasing
 from .interop import default_executor
 from .isa.builder import program as build_program
 from .isa.dtypes import SUPPORTED, to_dtype
 from .isa.program import Program
+from .memory.address import data_pointer
 from .memory.output_cache import output_cache
 
 
 def _as_array(x: Any, i: int) -> np.ndarray:
+    if type(x) is np.ndarray:  # the common case, checked with one flags object
+        flags = x.flags
+        if flags.c_contiguous and flags.aligned:
+            return x
+        return np.array(x, order="C")
     if isinstance(x, np.ndarray):
         a = x
     elif hasattr(x, "__dlpack__"):
@@ -47,6 +55,46 @@ def _as_array(x: Any, i: int) -> np.ndarray:
     return a
 
 
+@dataclass
+class _Signature:
+    """What one (dtypes, shapes) signature runs, worked out on its first call.
+
+    A call then costs the argument conversion and one launch: the program's output
+    specs, its compiled form and the checks ``Executor.launch`` makes per call
+    (dtype, size and layout of every array) are settled here once, since every
+    array that maps to this signature has exactly these dtypes and shapes and is
+    C-contiguous and aligned (``_as_array`` makes it so).
+    """
+
+    program: Program
+    outputs: list[tuple[np.dtype, tuple[int, ...]]]
+    executor: Executor | None = None  # set on the first call (tracing alone compiles nothing)
+    launch: Callable[[list[int]], None] | None = None  # raw addresses in; None: checked path
+
+    @functools.cached_property
+    def nbytes(self) -> list[int]:
+        """Bytes of each input, then each output (all C-contiguous here)."""
+        sizes = [(d.np_dtype, s) for d, s in self.program.inputs] + self.outputs
+        return [np.dtype(d).itemsize * math.prod(s) for d, s in sizes]
+
+    def bind(self, ex: Executor) -> None:
+        """Compile for ``ex`` and take its raw-address launch where it has one."""
+        self.launch = (ex.backend.pointer_launcher(ex.compile(self.program))
+                       if ex.backend.device_type == "cpu" else None)
+        self.executor = ex
+
+
+def _any_overlap(pointers: list[int], nbytes: list[int], n_in: int) -> bool:
+    """Whether an output's bytes meet any other operand's: contiguous arrays' exact
+    ranges, so a call with separate arrays skips the full aliasing check."""
+    for i in range(n_in, len(pointers)):
+        lo, hi = pointers[i], pointers[i] + nbytes[i]
+        for j, p in enumerate(pointers):
+            if j != i and p < hi and lo < p + nbytes[j] and nbytes[i] and nbytes[j]:
+                return True
+    return False
+
+
 class JitFunction:
     """A traced function, compiled once per argument shapes and dtypes."""
 
@@ -55,7 +103,7 @@ class JitFunction:
         self.fn = fn
         self.backend = backend
         self._executor = executor
-        self._programs: dict[tuple, Program] = {}
+        self._signatures: dict[tuple, _Signature] = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, fn)
 
@@ -63,11 +111,11 @@ class JitFunction:
     def executor(self) -> Executor:
         return self._executor if self._executor is not None else default_executor(self.backend)
 
-    def program_for(self, *args: Any) -> tuple[Program, list[np.ndarray]]:
+    def _signature(self, args: tuple[Any, ...]) -> tuple[_Signature, list[np.ndarray]]:
         arrays = [_as_array(a, i) for i, a in enumerate(args)]
-        key = tuple((a.dtype.str, a.shape) for a in arrays)
-        p = self._programs.get(key)
-        if p is None:
+        key = tuple([(a.dtype, a.shape) for a in arrays])  # dtypes compare by value
+        sig = self._signatures.get(key)
+        if sig is None:
             specs = []
             for i, a in enumerate(arrays):
                 d = to_dtype(a.dtype)
@@ -75,39 +123,60 @@ class JitFunction:
                     raise DTypeError(f"argument {i}: dtype {a.dtype} is not supported")
                 specs.append((d, a.shape))
             with self._lock:
-                p = self._programs.get(key)
-                if p is None:
+                sig = self._signatures.get(key)
+                if sig is None:
                     p = build_program(self.fn, specs, name=getattr(self.fn, "__name__", "jit"))
-                    self._programs[key] = p
-        return p, arrays
+                    outs = [(d.np_dtype, s) for d, s in p.output_specs]
+                    sig = self._signatures[key] = _Signature(p, outs)
+        return sig, arrays
+
+    def program_for(self, *args: Any) -> tuple[Program, list[np.ndarray]]:
+        sig, arrays = self._signature(args)
+        return sig.program, arrays
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         """Run on NumPy (or DLPack) arrays; ``out`` (an array, or a tuple for several
         outputs) receives the results in place instead of new arrays."""
-        p, arrays = self.program_for(*args)
-        specs = p.output_specs
+        sig, arrays = self._signature(args)
+        ex = self.executor
+        if sig.executor is not ex:
+            sig.bind(ex)
         if out is None:
             # Large outputs come from the output cache: a repeated call writes into
             # pages that are already mapped instead of faulting in fresh ones.
-            outs = [output_cache.empty(s, d.np_dtype) for d, s in specs]
-            self.executor.launch(p, arrays, outs, fresh_outputs=True)
+            outs = [output_cache.empty(s, d) for d, s in sig.outputs]
+            fresh = True
         else:
-            outs = list(out) if isinstance(out, (tuple, list)) else [out]
-            if len(outs) != len(specs):
-                raise ShapeError(f"out: the function returns {len(specs)} arrays, "
-                                 f"got {len(outs)}")
-            for i, (o, (d, s)) in enumerate(zip(outs, specs, strict=True)):
-                if not isinstance(o, np.ndarray):
-                    raise ArgumentTypeError(
-                        f"out[{i}]: expected a NumPy array, got {type(o).__name__}"
-                    )
-                if o.shape != s or o.dtype != d.np_dtype:
-                    raise ShapeError(f"out[{i}]: expected {d}{list(s)}, got "
-                                     f"{o.dtype}{list(o.shape)}")
-                if not (o.flags.c_contiguous and o.flags.writeable):
-                    raise ShapeError(f"out[{i}]: must be C-contiguous and writable")
-            self.executor.launch(p, arrays, outs)
+            outs = self._check_out(out, sig)
+            fresh = False
+        if sig.launch is None or ex.closed:  # the executor's checked path
+            ex.launch(sig.program, arrays, outs, fresh_outputs=fresh)
+        else:
+            pointers = [data_pointer(a) for a in (*arrays, *outs)]
+            if not fresh and _any_overlap(pointers, sig.nbytes, len(arrays)):
+                check_aliasing(sig.program, arrays, outs)  # raises, or allows exact in-place
+            sig.launch(pointers)
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @staticmethod
+    def _check_out(out: Any, sig: _Signature) -> list[np.ndarray]:
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(sig.outputs):
+            raise ShapeError(f"out: the function returns {len(sig.outputs)} arrays, "
+                             f"got {len(outs)}")
+        for i, (o, (d, s)) in enumerate(zip(outs, sig.outputs, strict=True)):
+            if not isinstance(o, np.ndarray):
+                raise ArgumentTypeError(f"out[{i}]: expected a NumPy array, got "
+                                        f"{type(o).__name__}")
+            if o.shape != s or o.dtype != d:
+                raise ShapeError(f"out[{i}]: expected {to_dtype(d)}{list(s)}, got "
+                                 f"{o.dtype}{list(o.shape)}")
+            flags = o.flags
+            if not (flags.c_contiguous and flags.aligned):
+                raise ShapeError(f"out[{i}]: must be C-contiguous and aligned")
+            if not flags.writeable:
+                raise ShapeError(f"out[{i}]: must be writable (the array is read-only)")
+        return outs
 
     def explain(self, *args: Any) -> str:
         """The traced and canonical programs, the kernels and the reduction statistics."""
