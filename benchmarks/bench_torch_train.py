@@ -50,6 +50,49 @@ def block(d: int = 128, heads: int = 4):
     return Block()
 
 
+class ProgramTimer:
+    """Seconds spent inside hologram's compiled programs, for the diagnostic rows that
+    split a hologram step into its programs and everything around them (PyTorch's
+    dynamo and AOT autograd wrappers, the eager loss, the autograd engine, and
+    hologram's runner). It wraps the CPU backend's raw-address launch, the path the
+    torch.compile runner takes, so it must be installed before the model compiles."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def install(self) -> None:
+        from hologram.backends.cpu import CPUBackend
+
+        real = CPUBackend.pointer_launcher
+
+        def pointer_launcher(backend, compiled):
+            run = real(backend, compiled)
+            if run is None:
+                return None
+
+            def timed(pointers):
+                t0 = time.perf_counter()
+                run(pointers)
+                self.seconds += time.perf_counter() - t0
+
+            return timed
+
+        CPUBackend.pointer_launcher = pointer_launcher
+
+    def split(self, step, samples: int, per_sample: int):
+        """(inside the programs, everything else): per-step timings over samples."""
+        inside, rest = [], []
+        for _ in range(samples):
+            self.seconds = 0.0
+            t0 = time.perf_counter()
+            for _ in range(per_sample):
+                step()
+            total = time.perf_counter() - t0
+            inside.append(self.seconds / per_sample)
+            rest.append((total - self.seconds) / per_sample)
+        return common.from_samples(inside), common.from_samples(rest)
+
+
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     args = p.parse_args()
@@ -58,6 +101,8 @@ def main() -> None:
     common.quiet_hologram()
     import hologram_torch  # noqa: F401  (registers backend="hologram")
 
+    timer = ProgramTimer()
+    timer.install()
     torch.manual_seed(0)
     repeat = 5 if args.quick else 15
     rep = Report("torch_train", "training through torch.compile backends on the CPU")
@@ -114,6 +159,12 @@ def main() -> None:
                 t.add(name, None, error=failed[name])
             else:
                 t.add(name, timings[name], note="interleaved sampling")
+        if "hologram" in steps:
+            inside, rest = timer.split(steps["hologram"], repeat, 20)
+            t.add("hologram: its programs", inside, note="diagnostic: time inside the C programs")
+            t.add("hologram: the rest", rest, note="diagnostic, timed apart from the rows "
+                  "above: torch.compile's wrappers, eager ops outside the graph (loss, "
+                  "optimizer), autograd, hologram's runner")
         h = "hologram"
         rep.check(target(f"{title.split(' ')[0]} hologram vs eager", "ahead of eager",
                          t.ratio(h), lambda v: v > 1,
