@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -51,6 +53,16 @@ def _slice_step(x: Var, i: int, j: int) -> Var:
                    tuple(size if d == axis else s for d, s in enumerate(x.shape)))
 
 
+def _reshape_step(x: Var, i: int) -> Var:
+    """x with leading axes merged, a unit axis put in, or flattened: the first two keep
+    the row length (a GEMM's epilogue may still run per tile), flattening changes it."""
+    if i % 3 == 0 and x.ndim >= 2:
+        return x.reshape((math.prod(x.shape[:-1]), x.shape[-1]))
+    if i % 3 == 1:
+        return x.reshape((*x.shape[:-1], 1, x.shape[-1]) if x.ndim else (1,))
+    return x.reshape((math.prod(x.shape),))
+
+
 def _cat_step(x: Var, y: Var, i: int, j: int) -> Var:
     """x joined with y along an axis where their other sizes agree, else with a
     computed value of its own shape (so parts of every kind meet in one CONCAT)."""
@@ -75,7 +87,8 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
         specs.append((dtype, s))
     plan = []
     for _ in range(draw(st.integers(1, max_ops))):
-        kinds = ["u", "u", "b", "b", "c", "r", "sel", "mad", "perm", "slice", "cat"] + \
+        kinds = ["u", "u", "b", "b", "c", "r", "sel", "mad", "perm", "slice", "cat",
+                 "reshape"] + \
             ["gemm"] * (2 * gemm)
         kind = draw(st.sampled_from(kinds))
         plan.append((kind, draw(st.integers(0, 10_000)), draw(st.integers(0, 10_000))))
@@ -103,6 +116,8 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
                     vals.append(x * y + x)
                 elif kind == "perm" and x.ndim >= 2:
                     vals.append(x.T)
+                elif kind == "reshape":
+                    vals.append(_reshape_step(x, i))
                 elif kind == "slice" and x.ndim:
                     vals.append(_slice_step(x, i, j))
                 elif kind == "cat" and x.ndim:
