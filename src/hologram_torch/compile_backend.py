@@ -1348,7 +1348,7 @@ class _Plan:
 
 
 def _view_of(n: torch.fx.Node, available: set[torch.fx.Node],
-             region_of: dict[torch.fx.Node, Any], r: Any) -> bool:
+             region_of: dict[torch.fx.Node, _Region], r: _Region) -> bool:
     """Whether ``n`` is a view op eager PyTorch makes for free (detach, t, view, ...)
     whose tensor operands from region ``r`` are all in ``available``."""
     if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
