@@ -526,3 +526,20 @@ def test_pointer_launcher_checks_its_arguments():
     with pytest.raises(ValueError, match="expected 3 addresses"):
         run([a.ctypes.data, b.ctypes.data])
     assert hg.Executor(backend="reference").backend.pointer_launcher(compiled) is None
+
+
+def test_executor_without_raw_address_launch_takes_the_array_path():
+    """An executor whose backend has no raw-address launch (the reference interpreter
+    here, webgpu elsewhere) runs the same plans through NumPy arrays, and agrees."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+    twin = copy.deepcopy(model)
+    x = torch.randn(5, 6)
+    (model(x) ** 2).mean().backward()
+    compiled = torch.compile(twin, backend="hologram", options={"executor": "reference"})
+    with cb.collect_graphs() as graphs:
+        (compiled(x) ** 2).mean().backward()
+    _no_fallback(graphs)
+    assert graphs and all(g.executor == "reference" for g in graphs)
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        torch.testing.assert_close(q.grad, p.grad, atol=ATOL, rtol=RTOL)

@@ -1558,11 +1558,6 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
     # dtypes); PyTorch converts them back, exactly.
     outs = [(n, info.shape, info.dtype, _carrier(info.dtype)) for n, _, info in r.outputs]
     nones = list(r.none_outputs)
-
-    def finish(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
-        for (node, _, td, carrier), t in zip(outs, results, strict=True):
-            env[node] = t if td is carrier else t.to(td)
-
     direct = ex.backend.pointer_launcher(compiled)
     if direct is not None:
         # The per-call path of every training step: tensors' addresses go straight into
@@ -1572,9 +1567,7 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
         reads = [(s.node, s, _in_place_layout(s),
                   data_pointer(s.aux) if s.aux is not None else 0) for s in in_specs]
 
-        def run_direct(env: dict[torch.fx.Node, Any]) -> None:
-            for n in nones:
-                env[n] = None
+        def launch(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
             pointers: list[int] = []
             copies: list[np.ndarray] = []  # alive until the program has run
             for node, spec, layout, aux_ptr in reads:
@@ -1589,29 +1582,28 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
                     a = _host_array(t, spec)
                     copies.append(a)
                     pointers.append(data_pointer(a))
-            results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
             pointers.extend(t.data_ptr() for t in results)
-            with guard:
-                direct(pointers)
-            finish(env, results)
+            direct(pointers)
+    else:
+        aux = [s.aux for s in in_specs]
 
-        return run_direct
-
-    aux = [s.aux for s in in_specs]
-
-    def run(env: dict[torch.fx.Node, Any]) -> None:
-        for n in nones:
-            env[n] = None
-        arrays = [a if a is not None else _host_array(env[s.node], s)
-                  for s, a in zip(in_specs, aux, strict=True)]
-        results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
-        with guard:
+        def launch(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
+            arrays = [a if a is not None else _host_array(env[s.node], s)
+                      for s, a in zip(in_specs, aux, strict=True)]
             # Straight to the backend: Executor.launch would re-check that outputs do
             # not alias inputs, which cannot happen (we just allocated them), and that
             # check cost as much as a small kernel. No program here uses Φ addressing,
             # so no boundary arena is passed.
             ex.backend.launch(compiled, arrays, [t.numpy() for t in results])
-        finish(env, results)
+
+    def run(env: dict[torch.fx.Node, Any]) -> None:
+        for n in nones:
+            env[n] = None
+        results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
+        with guard:
+            launch(env, results)
+        for (node, _, td, carrier), t in zip(outs, results, strict=True):
+            env[node] = t if td is carrier else t.to(td)
 
     return run
 
