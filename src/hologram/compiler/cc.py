@@ -70,6 +70,7 @@ from pathlib import Path
 from .. import __version__
 from ..cache import KernelCache
 from ..errors import HologramError
+from .c_math import C_MATH
 
 #: Plain arithmetic (add, mul, select, casts...): memory-bound, so a second thread
 #: only pays once the data leaves L2; measured crossover ~64-128K f32 elements.
@@ -115,7 +116,7 @@ C_PRELUDE = "\n".join([
     *_simd_decls(_MVEC_2_35),
     "#endif",
     "#endif",
-    "",
+    C_MATH,
 ])
 
 _BASE = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11",

@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from ..isa.dtypes import DType
 from ..isa.opcodes import ELEMENTWISE, Group, Op, group
@@ -52,6 +53,12 @@ TEMPLATES: dict[Op, str] = {
 }
 # Integer dtypes spell some ops differently (no libm).
 INT_TEMPLATES: dict[Op, str] = {Op.ABS: "({0} < 0 ? -{0} : {0})"}
+# The CPU backend's own functions (compiler/c_math.py) by (op, dtype): they replace the
+# libm call where hologram's inline version is faster and as accurate.
+CPU_TEMPLATES: dict[tuple[Op, str], str] = {
+    (Op.EXP, "f32"): "hg_expf({0})",
+    (Op.SIGMOID, "f32"): "(1.0f / (1.0f + hg_expf(-{0})))",
+}
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,11 @@ class Scope:
 PARALLEL_MIN_WORK = 1 << 17  # plain arithmetic: memory-bound
 PARALLEL_MIN_WORK_MATH = 1 << 15  # loops calling transcendental functions
 ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shares with a row
+# A row sum of at most this many f32 elements accumulates in float: 16 SIMD lanes of at
+# most 64 terms each (error bound ~68 ulp of the sum of |x|, typically a few; ATen sums
+# rows the same way). Longer or whole-array sums accumulate in double. Measured on
+# softmax 4096x1024: the double's two conversions and two adds per 16 elements cost 10-15%.
+FLOAT_SUM_MAX = 1024
 COLUMN_BLOCK = 256  # accumulators per block of a column reduction (2 KiB of doubles)
 # Ops whose operands are read at other coordinates than the result's: no flat loop.
 NOT_FLAT = frozenset({Op.EXPAND, Op.PERMUTE, Op.SLICE, Op.CONCAT})
@@ -101,6 +113,8 @@ class CRenderer:
     column_reductions = True  # see column_reduction(); GPU dialects turn it off
     concat_loops = True  # see concat_kernel(); GPU dialects keep one loop nest a kernel
     row_scratch = True  # GPU dialects spread a row over threads: no per-thread row copy
+    #: (op, dtype) -> template taking precedence over TEMPLATES; GPU dialects have none
+    own_templates: ClassVar[dict[tuple[Op, str], str]] = CPU_TEMPLATES
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
         self.sched = sched
@@ -246,7 +260,8 @@ class CRenderer:
         if g in (Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY, Group.SELECT):
             args = [self.emit(s, idx, cur, flat) for s in v.srcs]
             d = v.srcs[-1].dtype
-            tmpl = (INT_TEMPLATES.get(v.op) if d.kind == "i" else None) or TEMPLATES[v.op]
+            tmpl = ((INT_TEMPLATES.get(v.op) if d.kind == "i" else None)
+                    or self.own_templates.get((v.op, d.name)) or TEMPLATES[v.op])
             code = tmpl.format(*(a.code for a in args), f=self.suffix.get(d.name, ""),
                                T=self.ctype(d))
             vars_ = frozenset().union(*(a.vars for a in args))
@@ -358,10 +373,13 @@ class CRenderer:
         src = v.srcs[0]
         axes = v.attr("axes")
         d = v.dtype
-        wide = "double" if d.name == "f32" and v.op in (Op.RSUM, Op.RPROD) else self.ctype(d)
         acc, nan, r = self.fresh("acc"), self.fresh("nan"), self.fresh("r")
         sizes = [src.shape[a] for a in axes]
         count = math.prod(sizes)
+        parallel = home.kind == "kernel" and count >= self.parallel_min_work
+        short_sum = v.op is Op.RSUM and count <= FLOAT_SUM_MAX and home.kind == "outer"
+        wide = ("double" if d.name == "f32" and v.op in (Op.RSUM, Op.RPROD) and not short_sum
+                else self.ctype(d))
         sub = list(idx)
         rem = r
         for a, s, st in zip(axes, sizes, self.strides(tuple(sizes)), strict=True):
@@ -379,7 +397,6 @@ class CRenderer:
             lines.append(f"int {nan} = 0;")
             clauses += f" reduction(|:{nan})"
         has_nan = v.op in (Op.RMAX, Op.RMIN) and is_float
-        parallel = home.kind == "kernel" and count >= self.parallel_min_work
         lines += self.phase_head(r, count, clauses, parallel)
         lines += ["  " + ln for ln in body.lines]
         lines.append("  " + step(acc, x.code))
