@@ -22,7 +22,7 @@ sys.path.insert(0, HERE)
 
 from common import cpu_busy, cpu_jiffies, markdown_table, render_env  # noqa: E402
 
-BENCHMARKS = ["gelu", "small_op", "softmax_layernorm", "gemm", "compile", "reduction",
+BENCHMARKS = ["gelu", "small_op", "softmax_layernorm", "exp", "gemm", "compile", "reduction",
               "torch_train", "webgpu"]
 TIMEOUT_S = 900
 
