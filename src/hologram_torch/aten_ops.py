@@ -735,6 +735,10 @@ ATEN_TABLE: dict[Any, Callable[..., Any]] = {
     torch.ops.prims.convert_element_type: _convert_element_type,
     aten.full: _fill_from(1),
     aten.full_like: _fill_from(1),
+    aten.fill: _fill_from(1),  # the functional fill.Scalar (a tensor value: Unsupported)
+    # Contents unspecified: zeros are as valid as any (AOT's joint export writes
+    # full_like as empty_like + fill).
+    aten.empty_like: _const_fill(0.0),
     aten.new_full: _fill_from(2),
     aten.scalar_tensor: _fill_from(0),
     aten.zeros: _const_fill(0.0),

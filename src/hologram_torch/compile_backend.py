@@ -63,6 +63,7 @@ from .aten_ops import (
     supported_ops,
 )
 from .aten_ops import _batched_gemm as _batched_gemm
+from .direct_autograd import compile_training
 from .fx_info import (
     INT_DTYPES,
     ISA_FLOAT,
@@ -888,18 +889,32 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     (default ``"cpu"``); ``blas_threads`` caps NumPy's BLAS threads while a
     program runs: ``"auto"`` (default: one thread for programs whose GEMMs are
     all small, see :class:`_BlasThreads`), an int, or None to leave BLAS alone.
+    ``autograd``: ``"direct"`` (default) runs a training graph that mutates nothing
+    and has static shapes under one small autograd.Function
+    (:mod:`hologram_torch.direct_autograd`), other graphs through AOT autograd's
+    runtime; ``"aot"`` sends every graph through AOT autograd.
     """
     from torch._dynamo.backends.common import aot_autograd
 
     opts = dict(options or {})
     ex = opts.pop("executor", "cpu")
     blas = opts.pop("blas_threads", "auto")
+    mode = opts.pop("autograd", "direct")
     if opts:
         raise TypeError(f"hologram backend: unknown options {sorted(opts)}")
     if not (blas is None or blas == "auto" or (isinstance(blas, int) and blas > 0)):
         raise ValueError(f"hologram backend: blas_threads must be 'auto', None or a positive "
                          f"int, got {blas!r}")
+    if mode not in ("direct", "aot"):
+        raise ValueError(f"hologram backend: autograd must be 'direct' or 'aot', got {mode!r}")
     executor = ex if isinstance(ex, Executor) else default_executor(str(ex))
+    if mode == "direct":
+        direct = compile_training(gm, example_inputs,
+                                  _graph_compiler("forward", executor, blas),
+                                  _graph_compiler("backward", executor, blas),
+                                  _decompositions())
+        if direct is not None:
+            return direct
     backend = aot_autograd(
         fw_compiler=_graph_compiler("forward", executor, blas),
         bw_compiler=_graph_compiler("backward", executor, blas),
