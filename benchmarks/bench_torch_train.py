@@ -6,6 +6,10 @@ residuals) forward + backward.
     .venv/bin/python benchmarks/bench_torch_train.py [--json out.json] [--quick]
 
 Targets (issue 4): hologram ahead of eager PyTorch and at least equal to Inductor.
+A diagnostic row, "hologram, AOT runtime", runs the same programs through AOT
+autograd's runtime wrappers (``options={"autograd": "aot"}``) instead of hologram's
+direct training path (``hologram_torch.direct_autograd``): the difference is what
+that path saves.
 """
 
 from __future__ import annotations
@@ -109,11 +113,16 @@ def main() -> None:
     x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
     xb = torch.randn(8, 64, 128)
 
+    def compiled(model, backend):
+        if backend is None:
+            return model
+        if backend == "hologram-aot":
+            return torch.compile(model, backend="hologram", options={"autograd": "aot"})
+        return torch.compile(model, backend=backend)
+
     def mlp_step(backend):
         torch.manual_seed(0)
-        model = mlp()
-        if backend is not None:
-            model = torch.compile(model, backend=backend)
+        model = compiled(mlp(), backend)
         opt = torch.optim.Adam(model.parameters(), 1e-3)
         loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -125,9 +134,7 @@ def main() -> None:
 
     def block_step(backend):
         torch.manual_seed(0)
-        model = block()
-        if backend is not None:
-            model = torch.compile(model, backend=backend)
+        model = compiled(block(), backend)
 
         def step():
             model.zero_grad(set_to_none=True)
@@ -143,7 +150,8 @@ def main() -> None:
         # moments, which decided the ratio when each was timed in its own block.
         steps, failed = {}, {}
         for name, backend in (("eager", None), ("inductor", "inductor"),
-                              ("hologram", "hologram")):
+                              ("hologram", "hologram"),
+                              ("hologram, AOT runtime", "hologram-aot")):
             try:
                 step = make(backend)
                 t0 = time.perf_counter()
@@ -154,11 +162,14 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - reported in the table
                 failed[name] = f"{type(e).__name__}: {e}"
         timings = measure_interleaved(steps, repeat=3 * repeat, sample_s=0.03)
-        for name in ("eager", "inductor", "hologram"):
+        for name in ("eager", "inductor", "hologram", "hologram, AOT runtime"):
             if name in failed:
                 t.add(name, None, error=failed[name])
             else:
-                t.add(name, timings[name], note="interleaved sampling")
+                note = "interleaved sampling"
+                if name.endswith("AOT runtime"):
+                    note += "; diagnostic: the same programs under AOT autograd's wrappers"
+                t.add(name, timings[name], note=note)
         if "hologram" in steps:
             inside, rest = timer.split(steps["hologram"], repeat, 20)
             t.add("hologram: its programs", inside, note="diagnostic: time inside the C programs")
