@@ -30,6 +30,21 @@ from common import (  # noqa: E402
 EPS = 1e-5
 
 
+def paired_ratios(peer, mine, rounds: int) -> list[float]:
+    """time(peer) / time(mine) for each round of one call each, order alternating."""
+    import time
+
+    out = []
+    for i in range(rounds):
+        times = {}
+        for which, fn in ((0, peer), (1, mine)) if i % 2 else ((1, mine), (0, peer)):
+            t0 = time.perf_counter()
+            fn()
+            times[which] = time.perf_counter() - t0
+        out.append(times[0] / times[1])
+    return out
+
+
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=4096)
@@ -155,6 +170,16 @@ def main() -> None:
                     ti.add(k, tm)
             except Exception as e:  # noqa: BLE001
                 ti.add("hologram jit", None, error=f"{type(e).__name__}: {e}")
+
+        # Diagnostic: single calls alternating round by round, the ratio taken per round,
+        # so a drift of the machine between rounds cancels (no target uses it).
+        if "torch eager" in fns and "hologram jit" in fns:
+            ratios = paired_ratios(fns["torch eager"], fns["hologram jit"], rounds=200)
+            q1, med, q3 = (float(np.percentile(ratios, q)) for q in (25, 50, 75))
+            rep.data[f"paired_ratio_{name}"] = {"median": med, "q25": q1, "q75": q3,
+                                               "rounds": len(ratios)}
+            rep.note(f"{name}: paired rounds, torch eager time / hologram time: median "
+                     f"{med:.2f}x (quartiles {q1:.2f}-{q3:.2f}, {len(ratios)} rounds)")
 
         h = "hologram jit"
         for peer in ("torch eager", "torch.compile") if case.get("targets", True) else ():
