@@ -32,6 +32,10 @@ AVX-512; see the report in the module's tests and DESIGN.md "Backends"):
   ``-fno-builtin-{sin,cos,sinf,cosf}``: otherwise GCC merges ``sin(x)`` and
   ``cos(x)`` of one argument into a scalar ``sincos`` call that blocks
   vectorisation of the whole loop.
+- float32 ``exp`` (and ``sigmoid``) do not call libmvec: the renderer emits
+  hologram's own inline ``hg_expf`` (:mod:`hologram.compiler.c_math`, part of
+  :data:`C_PRELUDE`), as accurate and without libmvec's scalar path for results
+  that are zero or subnormal.
 - ``-Wl,-z,defs``: an unresolved symbol fails at link time with a readable
   log instead of at ``dlopen``.
 
