@@ -29,11 +29,12 @@ from common import Report, max_abs_err, measure_interleaved  # noqa: E402
 
 def variants(source: str) -> dict[str, str]:
     """The rendered source and its two older spellings (checked to differ)."""
-    prelude, kernel = source.split("void k0", 1)
-    double = prelude + "void k0" + re.sub(r"\bfloat (acc\d+) = 0;", r"double \1 = 0;", kernel)
-    mvec = prelude + "void k0" + double.split("void k0", 1)[1].replace("hg_expf(", "expf(")
-    assert double != source and mvec != double, "softmax kernel no longer has these parts"
-    return {"hologram": source, "+ double sum": double, "+ double sum + libmvec expf": mvec}
+    prelude, kernel = source.split("void k0", 1)  # the prelude defines hg_expf itself
+    double = re.sub(r"\bfloat (acc\d+) = 0;", r"double \1 = 0;", kernel)
+    mvec = double.replace("hg_expf(", "expf(")
+    assert double != kernel and mvec != double, "softmax kernel no longer has these parts"
+    return {"hologram": source, "+ double sum": f"{prelude}void k0{double}",
+            "+ double sum + libmvec expf": f"{prelude}void k0{mvec}"}
 
 
 def main() -> None:

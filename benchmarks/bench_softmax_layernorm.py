@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,8 +33,6 @@ EPS = 1e-5
 
 def paired_ratios(peer, mine, rounds: int) -> list[float]:
     """time(peer) / time(mine) for each round of one call each, order alternating."""
-    import time
-
     out = []
     for i in range(rounds):
         times = {}

@@ -908,18 +908,18 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     if mode not in ("direct", "aot"):
         raise ValueError(f"hologram backend: autograd must be 'direct' or 'aot', got {mode!r}")
     executor = ex if isinstance(ex, Executor) else default_executor(str(ex))
+    fw = _graph_compiler("forward", executor, blas)
+    bw = _graph_compiler("backward", executor, blas)
+    decompositions = _decompositions()
     if mode == "direct":
-        direct = compile_training(gm, example_inputs,
-                                  _graph_compiler("forward", executor, blas),
-                                  _graph_compiler("backward", executor, blas),
-                                  _decompositions())
+        direct = compile_training(gm, example_inputs, fw, bw, decompositions)
         if direct is not None:
             return direct
     backend = aot_autograd(
-        fw_compiler=_graph_compiler("forward", executor, blas),
-        bw_compiler=_graph_compiler("backward", executor, blas),
+        fw_compiler=fw,
+        bw_compiler=bw,
         inference_compiler=_graph_compiler("inference", executor, blas),
-        decompositions=_decompositions(),
+        decompositions=decompositions,
     )
     return backend(gm, example_inputs)
 

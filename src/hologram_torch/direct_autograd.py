@@ -33,14 +33,15 @@ from typing import Any
 import torch
 import torch.fx
 
+from .fx_info import _info_of, _is_concrete
+
 log = logging.getLogger("hologram_torch")
 
 GraphCompiler = Callable[[torch.fx.GraphModule, Sequence[Any]], Callable[..., Any]]
 
 
 def _outputs(gm: torch.fx.GraphModule) -> list[Any]:
-    node = next(n for n in gm.graph.nodes if n.op == "output")
-    out = node.args[0]
+    out = gm.graph.output_node().args[0]
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
@@ -62,8 +63,8 @@ def eligible(example_inputs: Sequence[Any]) -> bool:
         return False
     if not all(isinstance(a, torch.Tensor) for a in example_inputs):
         return False
-    if any(isinstance(s, torch.SymInt) for a in example_inputs for s in (*a.shape, *a.stride())):
-        return False
+    if not all(_is_concrete(_info_of(a)) for a in example_inputs):
+        return False  # symbolic shapes
     return any(a.requires_grad for a in example_inputs)
 
 
@@ -91,7 +92,7 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     fw_outs = _outputs(fw_gm)
     if any(not isinstance(o, torch.fx.Node) for o in fw_outs):
         return None  # a saved non-tensor value (e.g. a SymInt)
-    n_bw_inputs = sum(1 for n in bw_gm.graph.nodes if n.op == "placeholder")
+    n_bw_inputs = len(bw_gm.graph.find_nodes(op="placeholder"))
     if n_bw_inputs != len(fw_outs) - n_out + sum(differentiable):
         return None  # the export's idea of which outputs need gradients differs
     fw = fw_compiler(fw_gm, example_inputs)

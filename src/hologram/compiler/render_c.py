@@ -23,17 +23,18 @@ from .gemm_layout import MAX_BATCH_DIMS, GemmDesc
 from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
 
 # C templates for element-wise ops; {0},{1},{2} are operands, {f} the dtype suffix
-# ('f' for float, '' for double), {T} the C type.
+# ('f' for float, '' for double), {T} the C type, {exp} the renderer's exp function
+# for the dtype (CRenderer.exp_names).
 TEMPLATES: dict[Op, str] = {
     Op.NEG: "(-{0})",
     Op.ABS: "fabs{f}({0})",
-    Op.EXP: "exp{f}({0})",
+    Op.EXP: "{exp}({0})",
     Op.LOG: "log{f}({0})",
     Op.SQRT: "sqrt{f}({0})",
     Op.RSQRT: "(({T})1 / sqrt{f}({0}))",
     Op.RECIP: "(({T})1 / {0})",
     Op.TANH: "tanh{f}({0})",
-    Op.SIGMOID: "(({T})1 / (({T})1 + exp{f}(-{0})))",
+    Op.SIGMOID: "(({T})1 / (({T})1 + {exp}(-{0})))",
     Op.ERF: "erf{f}({0})",
     Op.SIN: "sin{f}({0})",
     Op.COS: "cos{f}({0})",
@@ -53,12 +54,6 @@ TEMPLATES: dict[Op, str] = {
 }
 # Integer dtypes spell some ops differently (no libm).
 INT_TEMPLATES: dict[Op, str] = {Op.ABS: "({0} < 0 ? -{0} : {0})"}
-# The CPU backend's own functions (compiler/c_math.py) by (op, dtype): they replace the
-# libm call where hologram's inline version is faster and as accurate.
-CPU_TEMPLATES: dict[tuple[Op, str], str] = {
-    (Op.EXP, "f32"): "hg_expf({0})",
-    (Op.SIGMOID, "f32"): "(1.0f / (1.0f + hg_expf(-{0})))",
-}
 
 
 @dataclass(frozen=True)
@@ -113,8 +108,10 @@ class CRenderer:
     column_reductions = True  # see column_reduction(); GPU dialects turn it off
     concat_loops = True  # see concat_kernel(); GPU dialects keep one loop nest a kernel
     row_scratch = True  # GPU dialects spread a row over threads: no per-thread row copy
-    #: (op, dtype) -> template taking precedence over TEMPLATES; GPU dialects have none
-    own_templates: ClassVar[dict[tuple[Op, str], str]] = CPU_TEMPLATES
+    #: dtype -> the exp function templates call ({exp}); others get libm's ``exp{f}``.
+    #: float32 uses hologram's own inline hg_expf (compiler/c_math.py): faster than
+    #: libmvec's and as accurate. GPU dialects keep the device's own expf.
+    exp_names: ClassVar[dict[str, str]] = {"f32": "hg_expf"}
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
         self.sched = sched
@@ -260,10 +257,10 @@ class CRenderer:
         if g in (Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY, Group.SELECT):
             args = [self.emit(s, idx, cur, flat) for s in v.srcs]
             d = v.srcs[-1].dtype
-            tmpl = ((INT_TEMPLATES.get(v.op) if d.kind == "i" else None)
-                    or self.own_templates.get((v.op, d.name)) or TEMPLATES[v.op])
-            code = tmpl.format(*(a.code for a in args), f=self.suffix.get(d.name, ""),
-                               T=self.ctype(d))
+            tmpl = (INT_TEMPLATES.get(v.op) if d.kind == "i" else None) or TEMPLATES[v.op]
+            f = self.suffix.get(d.name, "")
+            code = tmpl.format(*(a.code for a in args), f=f, T=self.ctype(d),
+                               exp=self.exp_names.get(d.name, f"exp{f}"))
             vars_ = frozenset().union(*(a.vars for a in args))
             return self.bind(code, v.dtype, vars_, cur, key)
         if g is Group.CAST:

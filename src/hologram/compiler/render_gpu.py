@@ -24,7 +24,7 @@ class GPURenderer(CRenderer):
     column_reductions = False  # reductions spread over threads instead
     concat_loops = False  # a kernel is one loop nest mapped onto the grid
     row_scratch = False  # a row is spread over the block: no per-thread row copy
-    own_templates: ClassVar[dict] = {}  # the device's own expf etc.: no CPU inline math
+    exp_names: ClassVar[dict[str, str]] = {}  # the device's own expf: no CPU inline math
     #: role -> loop header, formatted with ``var`` and ``count``
     LOOPS: ClassVar[dict[str, str]] = {}
     #: the condition true in one thread of a block
