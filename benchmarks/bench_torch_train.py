@@ -186,7 +186,73 @@ def main() -> None:
                          lambda v: v >= 1,
                          lambda v: f"{v:.2f}x faster" if v >= 1 else f"{1 / v:.2f}x slower"),
                   t, h)
+    phase_grid(rep, mlp_phases(None, None), mlp_phases("hologram", timer),
+               rounds=100 if args.quick else 400)
     rep.finish(args)
+
+
+PHASES = ("zero_grad", "forward", "loss", "backward", "optimizer")
+
+
+def phase_grid(rep: Report, eager, hologram, rounds: int) -> None:
+    """Diagnostic: where an MLP step's time goes, phase by phase, eager beside hologram
+    (steps alternating, medians), with the time inside hologram's forward and backward
+    programs."""
+    for _ in range(20):
+        eager(), hologram()
+    samples: dict[str, dict[str, list[float]]] = {"eager": {}, "hologram": {}}
+    for _ in range(rounds):
+        for name, step in (("eager", eager), ("hologram", hologram)):
+            for phase, seconds in step().items():
+                samples[name].setdefault(phase, []).append(seconds)
+    g = rep.grid("MLP training step by phase (diagnostic; us, medians of alternating steps)",
+                 ["phase", "eager", "hologram"])
+    for phase in samples["hologram"]:
+        cells = []
+        for name in ("eager", "hologram"):
+            xs = samples[name].get(phase, [])
+            cells.append(f"{sorted(xs)[len(xs) // 2] * 1e6:.0f}" if xs else "")
+        g.add(phase, *cells)
+
+
+def mlp_phases(backend, timer):
+    """An MLP training step that returns the seconds of each phase (and, with a
+    ProgramTimer, the seconds inside hologram's programs during forward and backward)."""
+    import torch
+
+    torch.manual_seed(0)
+    x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
+    model = mlp()
+    if backend is not None:
+        model = torch.compile(model, backend=backend)
+    opt = torch.optim.Adam(model.parameters(), 1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def inside() -> float:
+        return timer.seconds if timer is not None else 0.0
+
+    def step() -> dict[str, float]:
+        now = time.perf_counter
+        t = [now()]
+        opt.zero_grad(set_to_none=True)
+        t.append(now())
+        p0 = inside()
+        out = model(x)
+        t.append(now())
+        p1 = inside()
+        loss = loss_fn(out, y)
+        t.append(now())
+        loss.backward()
+        t.append(now())
+        p2 = inside()
+        opt.step()
+        t.append(now())
+        phases = {name: b - a for name, a, b in zip(PHASES, t, t[1:], strict=False)}
+        if timer is not None:
+            phases |= {"programs in forward": p1 - p0, "programs in backward": p2 - p1}
+        return phases
+
+    return step
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shar
 # A row sum of at most this many f32 elements accumulates in float: 16 SIMD lanes of at
 # most 64 terms each (error bound ~68 ulp of the sum of |x|, typically a few; ATen sums
 # rows the same way). Longer or whole-array sums accumulate in double. Measured on
-# softmax 4096x1024: the double's two conversions and two adds per 16 elements cost 10-15%.
+# softmax 4096x1024 (benchmarks/bench_exp.py): the double's conversions cost 13-20%.
 FLOAT_SUM_MAX = 1024
 COLUMN_BLOCK = 256  # accumulators per block of a column reduction (2 KiB of doubles)
 # Ops whose operands are read at other coordinates than the result's: no flat loop.
