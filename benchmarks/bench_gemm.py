@@ -220,7 +220,54 @@ def main() -> None:
                      u.ratio_to("numpy unfused", "hologram fused jit"), lambda v: v > 1,
                      lambda v: f"{v:.2f}x faster" if v >= 1 else f"{1 / v:.2f}x slower"),
               u, "hologram fused jit")
+    small_gemms(rep, hg, torch, repeat)
     rep.finish(args)
+
+
+#: The eight products of one MLP training step in bench_torch_train.py (64-256-256-10,
+#: batch 256) as its forward and backward programs run them: (m, n, k, A stored
+#: transposed, B stored transposed).
+MLP_GEMMS = ((256, 256, 64, False, True), (256, 256, 256, False, True),
+             (256, 10, 256, False, True), (10, 256, 256, True, False),
+             (256, 256, 10, False, False), (256, 256, 256, True, False),
+             (256, 256, 256, False, False), (256, 64, 256, True, False))
+
+
+def small_gemms(rep, hg, torch, repeat: int) -> None:
+    """Diagnostic, no target: the eight small products of an MLP training step, each
+    run once per sample (hologram jit, NumPy's OpenBLAS with its own threads, PyTorch's
+    mm), interleaved. These sizes are where hologram's choice of when to split a
+    product over threads (``blas.PARALLEL_MIN_FLOPS``) shows."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    cases = []
+    for m, n, k, ta, tb in MLP_GEMMS:
+        a = rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32)
+        b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
+        cases.append((a, b, ta, tb))
+
+    def operands(a, b, ta, tb):
+        return (a.T if ta else a), (b.T if tb else b)
+
+    def product(ta, tb):
+        return hg.jit(lambda a, b: (a.T if ta else a) @ (b.T if tb else b))
+
+    jits = [(product(ta, tb), a, b) for a, b, ta, tb in cases]
+    views = [operands(*c) for c in cases]
+    fns = {"numpy a @ b": lambda: [a @ b for a, b in views],
+           "hologram jit": lambda: [f(a, b) for f, a, b in jits]}
+    if torch is not None:
+        tviews = [(torch.from_numpy(a), torch.from_numpy(b)) for a, b in views]
+        fns["torch mm"] = lambda: [torch.mm(a, b) for a, b in tviews]
+    for (f, a, b), (va, vb) in zip(jits, views, strict=True):  # compiles each once
+        ref = va.astype(np.float64) @ vb.astype(np.float64)
+        np.testing.assert_allclose(f(a, b), ref, rtol=1e-4, atol=1e-3 * np.sqrt(va.shape[1]))
+    t = rep.table("the MLP training step's 8 GEMMs (256-wide), one pass", baseline="numpy a @ b",
+                  unit="us")
+    timings = measure_interleaved(fns, repeat=3 * repeat, sample_s=0.02)
+    for name, tm in timings.items():
+        t.add(name, tm, note="interleaved sampling; diagnostic (no target)")
 
 
 PASSIVE_ROWS = ("hologram fused jit", "hologram unfused (3 jit calls)")

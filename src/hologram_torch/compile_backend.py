@@ -320,6 +320,8 @@ class _Plan:
         self._build(gm, infos)
         self._runners = [self._make_runner(kind_, obj, gm) for kind_, obj in self.steps]
         self._frees = self._free_lists()
+        self._schedule = list(zip(self._runners, self._frees, strict=True))
+        self._read_outputs = _arg_reader(self.output_args)
         self.summary = GraphSummary(
             kind,
             sum(1 for n in gm.graph.nodes if isinstance(n.target, torch._ops.OpOverload)),
@@ -549,11 +551,11 @@ class _Plan:
     def run(self, args: list[Any]) -> Any:
         env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, args, strict=True))
         args.clear()  # boxed call: let inputs die when their last user has run
-        for runner, frees in zip(self._runners, self._frees, strict=True):
+        for runner, frees in self._schedule:
             runner(env)
             for n in frees:
                 env.pop(n, None)
-        return torch.fx.node.map_arg(self.output_args, env.__getitem__)
+        return self._read_outputs(env)
 
 
 def _view_of(n: torch.fx.Node, available: set[torch.fx.Node],
@@ -601,14 +603,43 @@ def _torch_runner(node: torch.fx.Node, gm: torch.fx.GraphModule
             return getattr(self_, node.target)(*a, **k)
     else:
         fn = node.target
-    args, kwargs = node.args, node.kwargs
+    read_args, read_kwargs = _arg_reader(tuple(node.args)), _arg_reader(dict(node.kwargs))
+    if not node.kwargs:
+        def call(env: dict[torch.fx.Node, Any]) -> None:
+            env[node] = fn(*read_args(env))
 
-    def call(env: dict[torch.fx.Node, Any]) -> None:
-        a = torch.fx.node.map_arg(args, env.__getitem__)
-        k = torch.fx.node.map_arg(kwargs, env.__getitem__)
-        env[node] = fn(*a, **k)
+        return call
 
-    return call
+    def call_kw(env: dict[torch.fx.Node, Any]) -> None:
+        env[node] = fn(*read_args(env), **read_kwargs(env))
+
+    return call_kw
+
+
+def _arg_reader(arg: Any) -> Callable[[dict[torch.fx.Node, Any]], Any]:
+    """A function that rebuilds an FX argument structure from the values in ``env``.
+
+    Built once per node: ``torch.fx.node.map_arg`` walks the structure generically on
+    every call, and the steps around a program run once per training step, where
+    each Python-level microsecond is paid on every step (docs/perf.md, session 5).
+    Lists come back as lists and tuples as tuples; constants as themselves.
+    """
+    if isinstance(arg, torch.fx.Node):
+        return operator.itemgetter(arg)
+    if isinstance(arg, (tuple, list)):
+        kind = tuple if isinstance(arg, tuple) else list
+        if all(isinstance(a, torch.fx.Node) for a in arg):
+            nodes = tuple(arg)
+            return lambda env: kind([env[n] for n in nodes])
+        parts = [_arg_reader(a) for a in arg]
+        return lambda env: kind([p(env) for p in parts])
+    if isinstance(arg, dict):
+        items = [(k, _arg_reader(v)) for k, v in arg.items()]
+        return lambda env: {k: p(env) for k, p in items}
+    if isinstance(arg, slice):
+        lo, hi, st = (_arg_reader(x) for x in (arg.start, arg.stop, arg.step))
+        return lambda env: slice(lo(env), hi(env), st(env))
+    return lambda env: arg
 
 
 def _physical_order(node: torch.fx.Node) -> tuple[int, ...] | None:
@@ -760,7 +791,8 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
                    ) -> Callable[[dict[torch.fx.Node, Any]], None]:
     assert r.program is not None
     program = r.program
-    guard = _BlasThreads(_blas_threads_for(program, blas_threads))
+    cap = _blas_threads_for(program, blas_threads)
+    guard = _BlasThreads(cap) if cap is not None else None
     compiled = ex.compile(program)
     in_specs = list(r.inputs)
     # Bool results leave a program as f32 and integer ones as f64 (the executor's
@@ -809,8 +841,11 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
         for n in nones:
             env[n] = None
         results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
-        with guard:
+        if guard is None:
             launch(env, results)
+        else:
+            with guard:
+                launch(env, results)
         for (node, _, td, carrier), t in zip(outs, results, strict=True):
             env[node] = t if td is carrier else t.to(td)
 

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from .aten_ops import FREE_IN_EAGER
 from .fx_info import _info_of, _is_concrete
 
 log = logging.getLogger("hologram_torch")
@@ -55,6 +56,84 @@ def _differentiable_outputs(gm: torch.fx.GraphModule) -> list[bool] | None:
             return None
         flags.append(bool(val.requires_grad))
     return flags
+
+
+#: Ops that return one view of their first argument (the rest constants). A saved
+#: value made by one is recomputed in the backward instead (:func:`_views_to_backward`).
+_MOVABLE_VIEWS = FREE_IN_EAGER - {torch.ops.aten.split, torch.ops.aten.split_with_sizes,
+                                  torch.ops.aten.chunk, torch.ops.aten.reshape}
+
+
+def _movable(node: Any) -> bool:
+    target = getattr(node, "target", None)
+    return (isinstance(node, torch.fx.Node) and node.op == "call_function"
+            and isinstance(target, torch._ops.OpOverload)
+            and target.overloadpacket in _MOVABLE_VIEWS
+            and bool(node.args) and isinstance(node.args[0], torch.fx.Node)
+            and not any(isinstance(a, torch.fx.Node) for a in (*node.args[1:],
+                                                                *node.kwargs.values())))
+
+
+def _views_to_backward(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModule,
+                       n_out: int) -> int:
+    """Save the bases of saved views instead of the views; return how many moved.
+
+    AOT's partitioner saves values such as ``t(weight)`` and ``detach(relu)``. Each
+    is a PyTorch step after the forward program (hologram runs only compute in
+    programs) and one more saved tensor. On the benchmark MLP these steps cost
+    15-50 us per training step: the first Python work after a program finds the
+    caches emptied by its GEMMs (docs/perf.md, session 5). The backward recomputes
+    such a view from its base for free (a view is only layout in a program), so the
+    forward saves the base and the backward graph gets the view op. Bases are
+    limited to forward inputs and values saved anyway; a view of a view that is
+    itself moved stays saved (chains are rare; correctness is unaffected).
+    """
+    fw_out = fw_gm.graph.output_node()
+    outs = list(fw_out.args[0])
+    saved: list[Any] = outs[n_out:]
+    bw_ph = list(bw_gm.graph.find_nodes(op="placeholder"))
+    if len(bw_ph) < len(saved):
+        return 0
+    saved_ph = dict(zip(saved, bw_ph, strict=False))  # fw node -> its bw placeholder
+    # Only views of what is already saved, or of a forward input: saving another
+    # intermediate would make the forward program materialise a value it fused away
+    # (the transformer block then ran a batched GEMM through np.matmul, 2x slower).
+    moves = [i for i, n in enumerate(saved)
+             if _movable(n) and isinstance(n.args[0].meta.get("val"), torch.Tensor)
+             and (n.args[0].op == "placeholder"
+                  or (n.args[0] in saved_ph and not _movable(n.args[0])))]
+    if not moves:
+        return 0
+    graph = bw_gm.graph
+    first_compute = next(n for n in graph.nodes if n.op != "placeholder")
+    first_tangent = bw_ph[len(saved)] if len(bw_ph) > len(saved) else first_compute
+    for i in moves:
+        node = saved[i]
+        base = node.args[0]
+        base_ph = saved_ph.get(base)
+        if base_ph is None:  # the base becomes a saved value of its own
+            with graph.inserting_before(first_tangent):
+                base_ph = graph.placeholder(f"{base.name}_base")
+            base_ph.meta["val"] = base.meta["val"]
+            saved_ph[base] = base_ph
+            saved.append(base)
+        with graph.inserting_before(first_compute):
+            view = graph.call_function(node.target, (base_ph, *node.args[1:]),
+                                       dict(node.kwargs))
+        old_ph = bw_ph[i]
+        view.meta.update(old_ph.meta)
+        old_ph.replace_all_uses_with(view)
+        graph.erase_node(old_ph)
+        saved[i] = None
+    fw_out.args = (tuple(outs[:n_out] + [v for v in saved if v is not None]),)
+    for i in moves:
+        node = outs[n_out + i]
+        if not node.users:
+            fw_gm.graph.erase_node(node)
+    for gm in (fw_gm, bw_gm):
+        gm.graph.lint()
+        gm.recompile()
+    return len(moves)
 
 
 def eligible(example_inputs: Sequence[Any]) -> bool:
@@ -89,6 +168,13 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     except Exception as e:  # noqa: BLE001  (the export's refusals are not one type)
         log.debug("hologram_torch: AOT autograd's wrappers run this graph: %s", e)
         return None
+    try:
+        moved = _views_to_backward(fw_gm, bw_gm, n_out)
+    except Exception as e:  # noqa: BLE001 - the graphs may be half edited: use AOT's path
+        log.debug("hologram_torch: AOT autograd's wrappers run this graph: moving saved "
+                  "views failed: %s", e)
+        return None
+    log.debug("hologram_torch: %d saved views recomputed in the backward", moved)
     fw_outs = _outputs(fw_gm)
     if any(not isinstance(o, torch.fx.Node) for o in fw_outs):
         return None  # a saved non-tensor value (e.g. a SymInt)
