@@ -46,9 +46,9 @@ typedef void (*hg_gemm_fn)(const hg_gemm_desc *, const void *, const void *, voi
 """
 
 #: Products below this many flops run on the calling thread (an OpenMP region and
-#: split tiles cost more than they save; ~10 us of one core). Measured on the 2-core
-#: VM (session 5): a 256x10x256 product took 41 us on one thread and 26 us split in
-#: two tiles, so 1 MFLOP (was 2) is where splitting starts to pay.
+#: split tiles cost more than they save; ~10 us of one core). 1 MFLOP, not 2: a
+#: one-off sweep on the 2-core VM (session 5, docs/perf.md) found the MLP step's
+#: 256x10x256-sized products (1.3 MFLOP) faster split in two tiles.
 PARALLEL_MIN_FLOPS = 1 << 20
 #: Tiles thinner than this many rows (or columns) make BLAS's packing dominate.
 MIN_TILE = 16
