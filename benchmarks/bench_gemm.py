@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import operator
 import os
 import subprocess
 import sys
@@ -251,7 +252,7 @@ def small_gemms(rep, hg, torch, repeat: int) -> None:
         return (a.T if ta else a), (b.T if tb else b)
 
     def product(ta, tb):
-        return hg.jit(lambda a, b: (a.T if ta else a) @ (b.T if tb else b))
+        return hg.jit(lambda a, b: operator.matmul(*operands(a, b, ta, tb)))
 
     jits = [(product(ta, tb), a, b) for a, b, ta, tb in cases]
     views = [operands(*c) for c in cases]

@@ -318,9 +318,9 @@ class _Plan:
         self.placeholders: list[torch.fx.Node] = []
         self.output_args: Any = None
         self._build(gm, infos)
-        self._runners = [self._make_runner(kind_, obj, gm) for kind_, obj in self.steps]
-        self._frees = self._free_lists()
-        self._schedule = list(zip(self._runners, self._frees, strict=True))
+        # (runner, values dead after it) per step, paired once for the per-call loop.
+        runners = [self._make_runner(kind_, obj, gm) for kind_, obj in self.steps]
+        self._schedule = list(zip(runners, self._free_lists(), strict=True))
         self._read_outputs = _arg_reader(self.output_args)
         self.summary = GraphSummary(
             kind,
@@ -603,12 +603,13 @@ def _torch_runner(node: torch.fx.Node, gm: torch.fx.GraphModule
             return getattr(self_, node.target)(*a, **k)
     else:
         fn = node.target
-    read_args, read_kwargs = _arg_reader(tuple(node.args)), _arg_reader(dict(node.kwargs))
+    read_args = _arg_reader(tuple(node.args))
     if not node.kwargs:
         def call(env: dict[torch.fx.Node, Any]) -> None:
             env[node] = fn(*read_args(env))
 
         return call
+    read_kwargs = _arg_reader(dict(node.kwargs))
 
     def call_kw(env: dict[torch.fx.Node, Any]) -> None:
         env[node] = fn(*read_args(env), **read_kwargs(env))
@@ -628,9 +629,6 @@ def _arg_reader(arg: Any) -> Callable[[dict[torch.fx.Node, Any]], Any]:
         return operator.itemgetter(arg)
     if isinstance(arg, (tuple, list)):
         kind = tuple if isinstance(arg, tuple) else list
-        if all(isinstance(a, torch.fx.Node) for a in arg):
-            nodes = tuple(arg)
-            return lambda env: kind([env[n] for n in nodes])
         parts = [_arg_reader(a) for a in arg]
         return lambda env: kind([p(env) for p in parts])
     if isinstance(arg, dict):

@@ -88,8 +88,7 @@ def _views_to_backward(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModule,
     limited to forward inputs and values saved anyway; a view of a view that is
     itself moved stays saved (chains are rare; correctness is unaffected).
     """
-    fw_out = fw_gm.graph.output_node()
-    outs = list(fw_out.args[0])
+    outs = _outputs(fw_gm)
     saved: list[Any] = outs[n_out:]
     bw_ph = list(bw_gm.graph.find_nodes(op="placeholder"))
     if len(bw_ph) < len(saved):
@@ -125,9 +124,8 @@ def _views_to_backward(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModule,
         old_ph.replace_all_uses_with(view)
         graph.erase_node(old_ph)
         saved[i] = None
-    fw_out.args = (tuple(outs[:n_out] + [v for v in saved if v is not None]),)
-    for i in moves:
-        node = outs[n_out + i]
+    fw_gm.graph.output_node().args = (tuple(outs[:n_out] + [v for v in saved if v is not None]),)
+    for node in {outs[n_out + i] for i in moves}:  # a value saved twice is erased once
         if not node.users:
             fw_gm.graph.erase_node(node)
     for gm in (fw_gm, bw_gm):
