@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..isa.dtypes import DType
-from ..isa.opcodes import MOVEMENT, Op
+from ..isa.opcodes import ELEMENTWISE, MOVEMENT, Op, group
 from ..isa.program import Program
 from ..isa.value import Shape, Value
 
@@ -125,13 +125,22 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                 dst = BufRef("arena", 0, src.dtype, src.shape, _phi_bytes(phi))
             stored.setdefault(id(src), []).append(dst)
 
+    homes: dict[int, BufRef] = {}
+
     def home(v: Value) -> BufRef:
+        if id(v) in homes:
+            return homes[id(v)]
         dsts = stored.get(id(v))
         if dsts:
-            return dsts[0]
-        ref = BufRef("tmp", len(sched.temps), v.dtype, v.shape)
-        sched.temps.append(ref)
+            ref = dsts[0]
+        else:
+            ref = BufRef("tmp", len(sched.temps), v.dtype, v.shape)
+            sched.temps.append(ref)
+        homes[id(v)] = ref
         return ref
+
+    users = _users(program)
+    claimed: set[int] = set()  # values a GEMM result is already computed in place of
 
     for v in program.instructions:
         if v.op is Op.STG:
@@ -150,6 +159,13 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                     root = view_root(s, bufs)
                     forced.add(id(root))
                     raise NeedsMaterialize(root)
+            into = None if id(v) in stored else _in_place_target(v, users, stored, forced)
+            # One product per buffer: the tail of x @ a + y @ b has two in-place candidates,
+            # and the second GEMM would overwrite the first before the tail reads both.
+            if into is not None and id(into) not in claimed and home(into).kind in ("out",
+                                                                                    "tmp"):
+                claimed.add(id(into))
+                homes[id(v)] = home(into)
             bufs[id(v)] = home(v)
             sched.steps.append(GemmPlan(v, bufs[id(v)]))
             copies = stored.get(id(v), [])[1:]
@@ -161,6 +177,41 @@ def plan(program: Program, forced: set[int]) -> Schedule:
         if copies:
             sched.steps.append(KernelPlan(f"k{len(sched.steps)}", [(v, d) for d in copies]))
     return sched
+
+
+def _users(program: Program) -> dict[int, list[Value]]:
+    """id(value) -> the distinct instructions that read it (STG included)."""
+    users: dict[int, list[Value]] = {}
+    for v in program.instructions:
+        for s in {id(x): x for x in v.srcs}.values():
+            users.setdefault(id(s), []).append(v)
+    return users
+
+
+def _in_place_target(g: Value, users: dict[int, list[Value]], stored: dict[int, list[BufRef]],
+                     forced: set[int]) -> Value | None:
+    """The value a GEMM result ``g`` may be computed in place of, or None.
+
+    The common shape after a GEMM is an element-wise tail into one materialized value:
+    ``relu(x @ w.T + b)`` stored, or a ReLU backward's mask applied to the product.
+    Written into the tail's buffer, the product needs no temp of its own, and the tail
+    reads and writes the same element (in the GEMM's epilogue, on the tile in cache).
+    That is right when ``g`` is read by a single chain of element-wise instructions of
+    its shape, each the only reader of the one before, ending at a materialized value
+    (stored or ``forced``) of ``g``'s dtype and shape: the kernel computing it reads
+    ``g[i]`` only to write element ``i``, and nothing reads ``g`` after it.
+    """
+    x = g
+    while True:
+        readers = users.get(id(x), [])
+        if len(readers) != 1:
+            return None
+        u = readers[0]
+        if u.op is Op.STG or group(u.op) not in ELEMENTWISE or u.shape != g.shape:
+            return None
+        if id(u) in stored or id(u) in forced:
+            return u if u.dtype == g.dtype else None
+        x = u
 
 
 def _phi_bytes(phi: tuple[int, int, int]) -> int:
