@@ -14,6 +14,10 @@ loop, the kernel writes into mapped pages too. The diagnostic row with the cache
 off (``output_cache.limit = 0``: a fresh ``np.empty`` per call, as when every
 output is kept alive) shows what the page faults cost; ``x.copy()`` is the
 allocating copy for comparison.
+
+The rows the targets compare (copy floor, NumPy, numexpr, torch eager, Inductor and
+hologram jit) are sampled interleaved, round by round; the diagnostic rows are timed
+each on its own.
 """
 
 from __future__ import annotations
@@ -25,7 +29,16 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
-from common import Report, guarded, max_abs_err, measure, once, target  # noqa: E402
+from common import (  # noqa: E402
+    Candidate,
+    Report,
+    add_interleaved,
+    guarded,
+    max_abs_err,
+    measure,
+    once,
+    target,
+)
 
 C0 = math.sqrt(2.0 / math.pi)
 C1 = 0.044715
@@ -52,21 +65,21 @@ def main() -> None:
 
     ref = np_gelu(x.astype(np.float64)).astype(np.float32)
 
+    # Every row a target compares is sampled interleaved with the others (common.
+    # add_interleaved); the diagnostic rows after them are timed on their own.
+    rows: dict[str, Candidate] = {}
+    errors: dict[str, str] = {}
+
     # --- memory floor: read n*4 bytes, write n*4 bytes
     dst = np.empty_like(x)
-    guarded(t, "copy floor", lambda: measure(lambda: np.copyto(dst, x), repeat=repeat),
-            note="np.copyto(dst, src), preallocated dst")
-
-    guarded(t, "copy, allocating", lambda: measure(lambda: x.copy(), repeat=repeat),
-            note="x.copy(): the floor for any op that returns a new array (page faults)")
+    rows["copy floor"] = Candidate(lambda: np.copyto(dst, x),
+                                   "np.copyto(dst, src), preallocated dst")
 
     def err(y):
         return f"{max_abs_err(y, ref):.1e}"
 
     # --- NumPy with temporaries
-    y = np_gelu(x)
-    guarded(t, "numpy", lambda: measure(lambda: np_gelu(x), repeat=repeat, max_s=5),
-            note="temporaries", **{"max err": err(y)})
+    rows["numpy"] = Candidate(lambda: np_gelu(x), "temporaries", {"max err": err(np_gelu(x))})
 
     # --- numexpr
     try:
@@ -83,10 +96,10 @@ def main() -> None:
             return ne.evaluate(expr, local_dict=env, out=out)
 
         ne_gelu()
-        guarded(t, "numexpr", lambda: measure(ne_gelu, repeat=repeat),
-                note=f"{ne.get_num_threads()} threads, out=", **{"max err": err(out)})
+        rows["numexpr"] = Candidate(ne_gelu, f"{ne.get_num_threads()} threads, out=",
+                                    {"max err": err(out)})
     except ImportError:
-        t.add("numexpr", None, error="numexpr not installed (pip install 'hologram[bench]')")
+        errors["numexpr"] = "numexpr not installed (pip install 'hologram[bench]')"
 
     # --- torch eager and torch.compile
     try:
@@ -98,24 +111,20 @@ def main() -> None:
         def t_eager():
             return F.gelu(xt, approximate="tanh")
 
-        guarded(t, "torch eager", lambda: measure(t_eager, repeat=repeat),
-                note=f"F.gelu(approximate='tanh'), {torch.get_num_threads()} threads",
-                **{"max err": err(t_eager().numpy())})
-
-        def t_compile():
+        rows["torch eager"] = Candidate(
+            t_eager, f"F.gelu(approximate='tanh'), {torch.get_num_threads()} threads",
+            {"max err": err(t_eager().numpy())})
+        try:
             fc = torch.compile(lambda v: F.gelu(v, approximate="tanh"))
             first, yc = once(lambda: fc(xt))
             rep.data["inductor_first_call_s"] = first
-            return measure(lambda: fc(xt), repeat=repeat, warmup=5), first, yc
-
-        try:
-            m, first, yc = t_compile()
-            t.add("torch.compile", m, note=f"Inductor; first call (compile) {first:.2f} s",
-                  **{"max err": err(yc.numpy())})
+            rows["torch.compile"] = Candidate(lambda: fc(xt),
+                                              f"Inductor; first call (compile) {first:.2f} s",
+                                              {"max err": err(yc.numpy())})
         except Exception as e:  # noqa: BLE001
-            t.add("torch.compile", None, error=f"{type(e).__name__}: {e}")
+            errors["torch.compile"] = f"{type(e).__name__}: {e}"
     except ImportError:
-        t.add("torch eager", None, error="torch not installed")
+        errors["torch eager"] = "torch not installed"
 
     # --- hologram
     hg = common.quiet_hologram()
@@ -125,42 +134,50 @@ def main() -> None:
     try:
         first, yh = once(lambda: f(x))
         rep.data["hologram_first_call_s"] = first
-        guarded(t, "hologram jit", lambda: measure(lambda: f(x), repeat=repeat, max_s=10),
-                note=f"first call (trace + compile or disk-cache load) {first * 1e3:.0f} ms; "
-                "allocates its output (output cache)",
-                **{"max err": err(yh)})
+        rows["hologram jit"] = Candidate(
+            lambda: f(x), f"first call (trace + compile or disk-cache load) {first * 1e3:.0f} "
+            "ms; allocates its output (output cache)", {"max err": err(yh)})
         del yh
-        rep.data["output_cache"] = hg.output_cache.stats()
-        # the same allocating call with the output cache off: np.empty each call, so
-        # the kernel pays a page fault per fresh page (what a caller keeping every
-        # output alive gets)
-        saved = hg.output_cache.limit
-        hg.output_cache.limit = 0
-        try:
-            guarded(t, "hologram jit (cache off)",
-                    lambda: measure(lambda: f(x), repeat=repeat, max_s=10),
-                    note="output_cache.limit = 0: a fresh np.empty output per call "
-                    "(diagnostic)")
-        finally:
-            hg.output_cache.limit = saved
-        # the same kernel writing into a preallocated output: the kernel alone, without
-        # jit's argument handling and output allocation
-        prog, arrays = f.program_for(x)
-        ex = f.executor
-        outh = np.empty_like(x)
-
-        def pre():
-            ex.launch(prog, arrays, [outh])
-
-        guarded(t, "hologram (prealloc out)", lambda: measure(pre, repeat=repeat, max_s=10),
-                note="executor.launch into a preallocated array (diagnostic)")
-        try:
-            st = ex.compile(prog).stats
-            rep.note(f"hologram GELU program: {st}")
-        except Exception:  # noqa: BLE001
-            pass
     except Exception as e:  # noqa: BLE001
-        t.add("hologram jit", None, error=f"{type(e).__name__}: {e}")
+        errors["hologram jit"] = f"{type(e).__name__}: {e}"
+
+    add_interleaved(t, rows, repeat=repeat)
+    for name, why in errors.items():
+        t.add(name, None, error=why)
+
+    # --- diagnostics, each timed on its own
+    guarded(t, "copy, allocating", lambda: measure(lambda: x.copy(), repeat=repeat),
+            note="x.copy(): the floor for any op that returns a new array (page faults)")
+    if "hologram jit" in rows:
+        try:
+            rep.data["output_cache"] = hg.output_cache.stats()
+            # the same allocating call with the output cache off: np.empty each call, so
+            # the kernel pays a page fault per fresh page (what a caller keeping every
+            # output alive gets)
+            saved = hg.output_cache.limit
+            hg.output_cache.limit = 0
+            try:
+                guarded(t, "hologram jit (cache off)",
+                        lambda: measure(lambda: f(x), repeat=repeat, max_s=10),
+                        note="output_cache.limit = 0: a fresh np.empty output per call "
+                        "(diagnostic)")
+            finally:
+                hg.output_cache.limit = saved
+            # the same kernel writing into a preallocated output: the kernel alone,
+            # without jit's argument handling and output allocation
+            prog, arrays = f.program_for(x)
+            ex = f.executor
+            outh = np.empty_like(x)
+
+            def pre():
+                ex.launch(prog, arrays, [outh])
+
+            guarded(t, "hologram (prealloc out)",
+                    lambda: measure(pre, repeat=repeat, max_s=10),
+                    note="executor.launch into a preallocated array (diagnostic)")
+            rep.note(f"hologram GELU program: {ex.compile(prog).stats}")
+        except Exception as e:  # noqa: BLE001
+            t.add("hologram (prealloc out)", None, error=f"{type(e).__name__}: {e}")
 
     # --- targets
     h = "hologram jit"

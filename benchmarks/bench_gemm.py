@@ -4,6 +4,9 @@ GEMM + bias + GELU fused in one jit vs the same three steps run separately.
     .venv/bin/python benchmarks/bench_gemm.py [--json out.json] [--n 1024]
 
 Targets: hologram GEMM within 5% of NumPy; fused GEMM+bias+GELU ahead of unfused.
+The rows each target compares are sampled interleaved and settled (a pause before
+each sample lets OpenBLAS's spinning threads go idle); torch rows, for scale, are
+timed on their own.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
 from common import (  # noqa: E402
+    Candidate,
     Report,
+    add_interleaved,
     guarded,
     max_abs_err,
     measure,
@@ -154,27 +159,25 @@ def main() -> None:
         y += bias
         return np_gelu_(y)
 
-    row(u, "numpy unfused", np_unfused, np_unfused(), ref2, note="x @ w; += b; gelu temporaries")
-    if torch is not None:
-        bt = torch.from_numpy(bias)
-
-        def t_eager():
-            return torch.nn.functional.gelu(torch.addmm(bt, xt, wt), approximate="tanh")
-
-        row(u, "torch eager", t_eager, t_eager().numpy(), ref2, note="gelu(addmm(b, x, w))")
-
+    # numpy unfused and the hologram rows, which the targets compare, are sampled
+    # interleaved (settled: OpenBLAS's threads spin after NumPy's GEMM); torch on its own
+    rows: dict[str, Candidate] = {}
+    errors: dict[str, str] = {}
+    rows["numpy unfused"] = Candidate(np_unfused, "x @ w; += b; gelu temporaries",
+                                      {"max err": f"{max_abs_err(np_unfused(), ref2):.1e}"})
     try:
         ff = hg.jit(lambda a, b, c: gelu_tanh(a @ b + c))
         first, yf = once(lambda: ff(x, w, bias))
-        row(u, "hologram fused jit", lambda: ff(x, w, bias), yf, ref2,
-            note=f"one jit: gelu_tanh(x @ w + b); first call {first * 1e3:.0f} ms")
+        rows["hologram fused jit"] = Candidate(
+            lambda: ff(x, w, bias), f"one jit: gelu_tanh(x @ w + b); first call "
+            f"{first * 1e3:.0f} ms", {"max err": f"{max_abs_err(yf, ref2):.1e}"})
         try:
             prog, _ = ff.program_for(x, w, bias)
             rep.note(f"hologram fused GEMM+bias+GELU program: {ff.executor.compile(prog).stats}")
         except Exception:  # noqa: BLE001
             pass
     except Exception as e:  # noqa: BLE001
-        u.add("hologram fused jit", None, error=f"{type(e).__name__}: {e}")
+        errors["hologram fused jit"] = f"{type(e).__name__}: {e}"
 
     try:
         j_mm = hg.jit(lambda a, b: a @ b)
@@ -184,11 +187,11 @@ def main() -> None:
         def h_unfused():
             return j_gelu(j_bias(j_mm(x, w), bias))
 
-        yu = h_unfused()
-        row(u, "hologram unfused (3 jit calls)", h_unfused, yu, ref2,
-            note="jit(x @ w), jit(y + b), jit(gelu(y))")
+        rows["hologram unfused (3 jit calls)"] = Candidate(
+            h_unfused, "jit(x @ w), jit(y + b), jit(gelu(y))",
+            {"max err": f"{max_abs_err(h_unfused(), ref2):.1e}"})
     except Exception as e:  # noqa: BLE001
-        u.add("hologram unfused (3 jit calls)", None, error=f"{type(e).__name__}: {e}")
+        errors["hologram unfused (3 jit calls)"] = f"{type(e).__name__}: {e}"
 
     try:
         ex2 = hg.Executor("cpu")
@@ -203,11 +206,26 @@ def main() -> None:
             hg.ops.gelu(ex2, Y2, Y2)
             return yv
 
-        h_ops()
-        row(u, "hologram unfused (ops)", h_ops, yv.copy(), ref2,
-            note="ops.gemm; jit bias add (copied back); ops.gelu in place")
+        rows["hologram unfused (ops)"] = Candidate(
+            h_ops, "ops.gemm; jit bias add (copied back); ops.gelu in place",
+            {"max err": f"{max_abs_err(h_ops().copy(), ref2):.1e}"})
     except Exception as e:  # noqa: BLE001
-        u.add("hologram unfused (ops)", None, error=f"{type(e).__name__}: {e}")
+        errors["hologram unfused (ops)"] = f"{type(e).__name__}: {e}"
+
+    add_interleaved(u, rows, repeat=repeat, settle_s=0.25)
+    for name in rows:
+        tm = u.row(name).timing
+        u.row(name).extra["GFLOP/s"] = gf(tm)
+    for name, why in errors.items():
+        u.add(name, None, error=why)
+    if torch is not None:
+        bt = torch.from_numpy(bias)
+
+        def t_eager():
+            return torch.nn.functional.gelu(torch.addmm(bt, xt, wt), approximate="tanh")
+
+        row(u, "torch eager", t_eager, t_eager().numpy(), ref2,
+            note="gelu(addmm(b, x, w)); for scale, timed on its own")
 
     if not args.no_passive_check and "OMP_WAIT_POLICY" not in os.environ:
         passive_check(u, args)

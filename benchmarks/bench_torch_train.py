@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,6 +53,20 @@ def block(d: int = 128, heads: int = 4):
             return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
 
     return Block()
+
+
+PHASES = ("zero_grad", "forward", "loss", "backward", "optimizer")
+#: torch.compile with its "eager" backend: dynamo captures the graph and eager PyTorch
+#: runs it, no compiler. What that row loses to plain eager is the cost every
+#: torch.compile backend pays per step before its own work (guards, dynamo's frame
+#: and wrappers), which a backend cannot remove.
+DYNAMO = "dynamo only (backend='eager')"
+#: (row, backend) of each table, in order; None is plain eager PyTorch.
+ROWS = (("eager", None), ("inductor", "inductor"), ("hologram", "hologram"),
+        ("hologram, AOT runtime", "hologram-aot"), (DYNAMO, "eager"))
+DIAGNOSTIC = {"hologram, AOT runtime": ("diagnostic: the same programs under AOT "
+                                        "autograd's wrappers",),
+              DYNAMO: ("diagnostic: torch.compile's own cost, the graph run by eager ops",)}
 
 
 class ProgramTimer:
@@ -149,9 +164,7 @@ def main() -> None:
         # on this shared 2-core VM whole blocks of steps shift by 20-50% between
         # moments, which decided the ratio when each was timed in its own block.
         steps, failed = {}, {}
-        for name, backend in (("eager", None), ("inductor", "inductor"),
-                              ("hologram", "hologram"),
-                              ("hologram, AOT runtime", "hologram-aot")):
+        for name, backend in ROWS:
             try:
                 step = make(backend)
                 t0 = time.perf_counter()
@@ -162,13 +175,11 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - reported in the table
                 failed[name] = f"{type(e).__name__}: {e}"
         timings = measure_interleaved(steps, repeat=3 * repeat, sample_s=0.03)
-        for name in ("eager", "inductor", "hologram", "hologram, AOT runtime"):
+        for name, _ in ROWS:
             if name in failed:
                 t.add(name, None, error=failed[name])
             else:
-                note = "interleaved sampling"
-                if name.endswith("AOT runtime"):
-                    note += "; diagnostic: the same programs under AOT autograd's wrappers"
+                note = "; ".join(("interleaved sampling", *DIAGNOSTIC.get(name, ())))
                 t.add(name, timings[name], note=note)
         if "hologram" in steps:
             inside, rest = timer.split(steps["hologram"], repeat, 20)
@@ -186,30 +197,30 @@ def main() -> None:
                          lambda v: v >= 1,
                          lambda v: f"{v:.2f}x faster" if v >= 1 else f"{1 / v:.2f}x slower"),
                   t, h)
-    phase_grid(rep, mlp_phases(None, None), mlp_phases("hologram", timer),
+    phase_grid(rep, {"eager": mlp_phases(None, None), DYNAMO: mlp_phases("eager", None),
+                     "hologram": mlp_phases("hologram", timer)},
                rounds=100 if args.quick else 400)
     rep.finish(args)
 
 
-PHASES = ("zero_grad", "forward", "loss", "backward", "optimizer")
-
-
-def phase_grid(rep: Report, eager, hologram, rounds: int) -> None:
-    """Diagnostic: where an MLP step's time goes, phase by phase, eager beside hologram
-    (steps alternating, medians), with the time inside hologram's forward and backward
-    programs."""
+def phase_grid(rep: Report, steps: dict[str, Callable[[], dict[str, float]]],
+               rounds: int) -> None:
+    """Diagnostic: where an MLP step's time goes, phase by phase, side by side (steps
+    alternating, medians), with the time inside hologram's forward and backward
+    programs. The dynamo-only column is torch.compile's own cost in each phase."""
     for _ in range(20):
-        eager(), hologram()
-    samples: dict[str, dict[str, list[float]]] = {"eager": {}, "hologram": {}}
+        for step in steps.values():
+            step()
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name in steps}
     for _ in range(rounds):
-        for name, step in (("eager", eager), ("hologram", hologram)):
+        for name, step in steps.items():
             for phase, seconds in step().items():
                 samples[name].setdefault(phase, []).append(seconds)
     g = rep.grid("MLP training step by phase (diagnostic; us, medians of alternating steps)",
-                 ["phase", "eager", "hologram"])
+                 ["phase", *steps])
     for phase in samples["hologram"]:
         cells = []
-        for name in ("eager", "hologram"):
+        for name in steps:
             xs = samples[name].get(phase, [])
             cells.append(f"{sorted(xs)[len(xs) // 2] * 1e6:.0f}" if xs else "")
         g.add(phase, *cells)

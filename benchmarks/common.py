@@ -559,6 +559,39 @@ def guarded(table: Table, name: str, fn: Callable[[], Timing | None], note: str 
     return t
 
 
+@dataclass
+class Candidate:
+    """One implementation waiting to be timed with the others (``add_interleaved``)."""
+
+    fn: Callable[[], Any]
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def add_interleaved(table: Table, candidates: dict[str, Candidate], *, repeat: int,
+                    settle_s: float = 0.0) -> None:
+    """Time ``candidates`` with their samples interleaved and add one row each, in order.
+
+    The rows a target compares are sampled this way: on this VM a blocked row can take
+    2x its usual time for a minute (docs/perf.md), and a ratio of two blocked rows is
+    then decided by which minute each ran in. Interleaved, a slow minute hits both.
+    A failure becomes an ERROR row for every candidate, as ``guarded`` does for one."""
+    if not candidates:
+        return
+    try:
+        timings = measure_interleaved({k: c.fn for k, c in candidates.items()},
+                                      repeat=repeat, settle_s=settle_s)
+    except Exception as e:  # noqa: BLE001 - a failing implementation is a result too
+        print(f"[{table.title}] interleaved sampling failed:\n{traceback.format_exc()}",
+              file=sys.stderr)
+        for name, c in candidates.items():
+            table.add(name, None, c.note, error=f"{type(e).__name__}: {e}", **c.extra)
+        return
+    how = "interleaved" + (", settled" if settle_s else "") + " sampling"
+    for name, c in candidates.items():
+        table.add(name, timings[name], f"{c.note}; {how}" if c.note else how, **c.extra)
+
+
 def quiet_hologram():
     """import hologram with its 'no C compiler' warning silenced (it is in the report)."""
     import warnings
