@@ -4,8 +4,8 @@
 output buffer and the tail (the GEMM's epilogue) rewrites each element there. Each
 case runs through the compiled CPU backend and the reference interpreter, with NaN
 and inf among the inputs, and checks which products lost their temp; the cases
-include what must not go in place (a product read twice, a reduction of it, two
-products meeting in one tail).
+include what must not go in place (a reduction or a transpose of the product, two
+stored tails, two products meeting in one tail).
 """
 
 from __future__ import annotations
@@ -56,6 +56,15 @@ def test_linear_relu_tail_writes_the_output():
     assert c.temps == []  # the product went straight into the output
 
 
+def test_gelu_tail_reads_the_product_several_times():
+    def fn(x, w, bias):
+        t = x @ w.T + bias
+        return t * 0.5 * (1.0 + ((t + t * t * t * 0.044715) * 0.7978845608).tanh())
+
+    c = _check(fn, SPECS)
+    assert c.temps == []
+
+
 def test_backward_mask_tail_into_a_temp_another_gemm_reads():
     # ReLU backward: mask(g @ w) is materialized for the next product and a column sum
     def fn(g, w, h):
@@ -76,14 +85,20 @@ def test_two_products_in_one_tail_keep_one_temp():
 
 
 @pytest.mark.parametrize("name,fn", [
-    ("read twice", lambda x, w: ((x @ w.T).sigmoid() * (x @ w.T), )),
-    ("stored and used", lambda x, w: ((x @ w.T), (x @ w.T).exp())),
     ("reduced", lambda x, w: ((x @ w.T) - (x @ w.T).max(axis=1, keepdims=True), )),
     ("transposed tail", lambda x, w: ((x @ w.T).T * 2.0, )),
+    ("two stored tails", lambda x, w: ((x @ w.T) + 1.0, (x @ w.T) * 2.0)),
 ])
 def test_products_that_must_keep_their_own_buffer(name, fn):
     c = _check(fn, [("f32", (M, K)), ("f32", (M, K))])
-    assert c is not None
+    assert (M, M) in [s for _, s in c.temps]
+
+
+def test_silu_tail_in_place_and_a_stored_product_needs_no_temp():
+    silu = _check(lambda x, w: (x @ w.T).sigmoid() * (x @ w.T), [("f32", (M, K))] * 2)
+    assert silu.temps == []
+    stored = _check(lambda x, w: ((x @ w.T), (x @ w.T).exp()), [("f32", (M, K))] * 2)
+    assert stored.temps == []  # the product lives in its own output
 
 
 def test_broadcast_operand_falls_back_to_numpy_and_still_in_place():

@@ -193,25 +193,31 @@ def _in_place_target(g: Value, users: dict[int, list[Value]], stored: dict[int, 
     """The value a GEMM result ``g`` may be computed in place of, or None.
 
     The common shape after a GEMM is an element-wise tail into one materialized value:
-    ``relu(x @ w.T + b)`` stored, or a ReLU backward's mask applied to the product.
+    ``gelu(x @ w + b)`` stored, or a ReLU backward's mask applied to the product.
     Written into the tail's buffer, the product needs no temp of its own, and the tail
     reads and writes the same element (in the GEMM's epilogue, on the tile in cache).
-    That is right when ``g`` is read by a single chain of element-wise instructions of
-    its shape, each the only reader of the one before, ending at a materialized value
-    (stored or ``forced``) of ``g``'s dtype and shape: the kernel computing it reads
-    ``g[i]`` only to write element ``i``, and nothing reads ``g`` after it.
+    That is right when everything that reads ``g``, directly or through other readers,
+    is element-wise of ``g``'s shape and inlined, up to exactly one materialized value
+    (stored or ``forced``) of ``g``'s dtype and shape: that value's kernel is then the
+    only one to read ``g``, and it reads ``g[i]`` only to write element ``i``.
     """
-    x = g
-    while True:
-        readers = users.get(id(x), [])
-        if len(readers) != 1:
-            return None
-        u = readers[0]
-        if u.op is Op.STG or group(u.op) not in ELEMENTWISE or u.shape != g.shape:
-            return None
-        if id(u) in stored or id(u) in forced:
-            return u if u.dtype == g.dtype else None
-        x = u
+    sink: Value | None = None
+    seen = {id(g)}
+    stack = [g]
+    while stack:
+        for u in users.get(id(stack.pop()), []):
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            if u.op is Op.STG or group(u.op) not in ELEMENTWISE or u.shape != g.shape:
+                return None
+            if id(u) in stored or id(u) in forced:
+                if sink is not None:
+                    return None  # two kernels would read g
+                sink = u
+            else:
+                stack.append(u)
+    return sink if sink is not None and sink.dtype == g.dtype else None
 
 
 def _phi_bytes(phi: tuple[int, int, int]) -> int:
