@@ -7,6 +7,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+from hologram.backends.reference import evaluate
 from hologram.isa import Op
 from hologram.isa import builder as b
 from hologram.isa.builder import Var
@@ -143,3 +144,13 @@ def random_inputs(specs, seed: int, special: bool = True) -> list[np.ndarray]:
             a[mask] = rng.choice(SPECIAL, size=int(mask.sum()))
         out.append(a.copy(order="C"))
     return out
+
+
+def compiled_and_reference(ex, program, inputs: list[np.ndarray]
+                           ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(what executor ``ex`` computes, what the reference interpreter computes) for
+    ``program`` on ``inputs``."""
+    want, _ = evaluate(program, inputs)
+    got = [np.empty(s, d.np_dtype) for d, s in program.output_specs]
+    ex.launch(program, inputs, got)
+    return got, want

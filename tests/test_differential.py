@@ -9,10 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hologram as hg
-from hologram.backends.reference import evaluate
 from hologram.isa import builder as b
 
-from .programs import programs, random_inputs
+from .programs import compiled_and_reference, programs, random_inputs
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -36,10 +35,7 @@ def _check(case, seed: int, rtol: float, atol: float) -> None:
     ex = _compiled_executor()
     fn, specs = case
     p = b.program(fn, specs)
-    ins = random_inputs(specs, seed, special=True)
-    want, _ = evaluate(p, ins)
-    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
-    ex.launch(p, ins, got)
+    got, want = compiled_and_reference(ex, p, random_inputs(specs, seed, special=True))
     for g, w in zip(got, want, strict=True):
         assert_close(g, w, rtol=rtol, atol=atol), str(p)
 

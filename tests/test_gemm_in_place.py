@@ -16,10 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hologram as hg
-from hologram.backends.reference import evaluate
 from hologram.isa import builder as b
 
-from .programs import random_inputs
+from .programs import compiled_and_reference, random_inputs
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -37,10 +36,7 @@ def _check(fn, specs, seed: int = 0):
     """Compiled CPU against the reference interpreter; returns the compiled program."""
     ex = _compiled_executor()
     p = b.program(fn, specs)
-    ins = random_inputs(specs, seed, special=True)
-    want, _ = evaluate(p, ins)
-    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
-    ex.launch(p, ins, got)
+    got, want = compiled_and_reference(ex, p, random_inputs(specs, seed, special=True))
     for g, w in zip(got, want, strict=True):
         scale = max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(w), 0, w)), initial=0)))
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale * K, equal_nan=True)
