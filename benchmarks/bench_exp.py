@@ -24,7 +24,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
-from common import Report, max_abs_err, measure_interleaved  # noqa: E402
+from common import Candidate, Report, add_interleaved, max_abs_err  # noqa: E402
 
 
 def variants(source: str) -> dict[str, str]:
@@ -92,8 +92,8 @@ def main() -> None:
         tab = rep.table(f"softmax, {R}x{C} f32, {label}, interleaved sampling",
                         baseline="torch eager" if torch is not None else "hologram",
                         unit="ms", extra_cols=("max err",))
-        for name, tm in measure_interleaved(fns, repeat=repeat).items():
-            tab.add(name, tm, **{"max err": f"{errs[name]:.1e}"})
+        add_interleaved(tab, {k: Candidate(f, extra={"max err": f"{errs[k]:.1e}"})
+                              for k, f in fns.items()}, repeat=repeat)
     rep.finish(args)
 
 

@@ -141,9 +141,7 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001
         errors["hologram jit"] = f"{type(e).__name__}: {e}"
 
-    add_interleaved(t, rows, repeat=repeat)
-    for name, why in errors.items():
-        t.add(name, None, error=why)
+    add_interleaved(t, rows, repeat=repeat, failed=errors)
 
     # --- diagnostics, each timed on its own
     guarded(t, "copy, allocating", lambda: measure(lambda: x.copy(), repeat=repeat),

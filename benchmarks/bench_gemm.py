@@ -212,12 +212,9 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001
         errors["hologram unfused (ops)"] = f"{type(e).__name__}: {e}"
 
-    add_interleaved(u, rows, repeat=repeat, settle_s=0.25)
+    add_interleaved(u, rows, repeat=repeat, settle_s=0.25, failed=errors)
     for name in rows:
-        tm = u.row(name).timing
-        u.row(name).extra["GFLOP/s"] = gf(tm)
-    for name, why in errors.items():
-        u.add(name, None, error=why)
+        u.row(name).extra["GFLOP/s"] = gf(u.row(name).timing)
     if torch is not None:
         bt = torch.from_numpy(bias)
 
@@ -284,9 +281,8 @@ def small_gemms(rep, hg, torch, repeat: int) -> None:
         np.testing.assert_allclose(f(a, b), ref, rtol=1e-4, atol=1e-3 * np.sqrt(va.shape[1]))
     t = rep.table("the MLP training step's 8 GEMMs (256-wide), one pass", baseline="numpy a @ b",
                   unit="us")
-    timings = measure_interleaved(fns, repeat=3 * repeat, sample_s=0.02)
-    for name, tm in timings.items():
-        t.add(name, tm, note="interleaved sampling; diagnostic (no target)")
+    add_interleaved(t, {k: Candidate(f, "diagnostic (no target)") for k, f in fns.items()},
+                    repeat=3 * repeat)
 
 
 PASSIVE_ROWS = ("hologram fused jit", "hologram unfused (3 jit calls)")

@@ -21,11 +21,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
 from common import (  # noqa: E402
+    Candidate,
     Report,
+    add_interleaved,
     guarded,
     max_abs_err,
     measure,
-    measure_interleaved,
     once,
     target,
 )
@@ -166,11 +167,7 @@ def main() -> None:
         ti = rep.table(f"{name}, {R}x{C} f32, interleaved sampling", baseline="torch eager",
                        unit="ms")
         if len(fns) > 1:
-            try:
-                for k, tm in measure_interleaved(fns, repeat=repeat).items():
-                    ti.add(k, tm)
-            except Exception as e:  # noqa: BLE001
-                ti.add("hologram jit", None, error=f"{type(e).__name__}: {e}")
+            add_interleaved(ti, {k: Candidate(f) for k, f in fns.items()}, repeat=repeat)
 
         # Diagnostic: single calls alternating round by round, the ratio taken per round,
         # so a drift of the machine between rounds cancels (no target uses it).

@@ -569,15 +569,22 @@ class Candidate:
 
 
 def add_interleaved(table: Table, candidates: dict[str, Candidate], *, repeat: int,
-                    settle_s: float = 0.0) -> None:
-    """Time ``candidates`` with their samples interleaved and add one row each, in order.
+                    settle_s: float = 0.0, failed: dict[str, str] | None = None) -> None:
+    """Time ``candidates`` with their samples interleaved and add one row each, in order,
+    then an ERROR row for each of ``failed`` (name -> why it could not be set up).
 
     The rows a target compares are sampled this way: on this VM a blocked row can take
     2x its usual time for a minute (docs/perf.md), and a ratio of two blocked rows is
     then decided by which minute each ran in. Interleaved, a slow minute hits both.
     A failure becomes an ERROR row for every candidate, as ``guarded`` does for one."""
-    if not candidates:
-        return
+    if candidates:
+        _time_interleaved(table, candidates, repeat, settle_s)
+    for name, why in (failed or {}).items():
+        table.add(name, None, error=why)
+
+
+def _time_interleaved(table: Table, candidates: dict[str, Candidate], repeat: int,
+                      settle_s: float) -> None:
     try:
         timings = measure_interleaved({k: c.fn for k, c in candidates.items()},
                                       repeat=repeat, settle_s=settle_s)

@@ -26,7 +26,7 @@ from hologram.compiler.schedule import GemmPlan, KernelPlan
 from hologram.isa import Op
 from hologram.isa import builder as b
 
-from .programs import SPECIAL, programs, random_inputs
+from .programs import SPECIAL, compiled_and_reference, programs, random_inputs
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -211,10 +211,7 @@ def test_webgpu_random_programs_with_gemm_match_reference(wg, case, seed):
     (materialized) and views of those, their results feed fused kernels after them."""
     fn, specs = case
     p = b.program(fn, specs)
-    ins = random_inputs(specs, seed, special=True)
-    want, _ = evaluate(p, ins)
-    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
-    wg.launch(p, ins, got)
+    got, want = compiled_and_reference(wg, p, random_inputs(specs, seed, special=True))
     for g, w in zip(got, want, strict=True):
         assert_same(g, w, rtol=1e-4, atol=1e-5)
 

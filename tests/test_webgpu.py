@@ -30,7 +30,7 @@ from hologram.isa import Program
 from hologram.isa import builder as b
 from hologram.ops import composites
 
-from .programs import programs, random_inputs
+from .programs import compiled_and_reference, programs, random_inputs
 from .test_executor import check_phi_addressing
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -223,10 +223,7 @@ def test_special_values_binary(wg):
 def test_random_programs_match_reference(wg, case, seed):
     fn, specs = case
     p = b.program(fn, specs)
-    ins = random_inputs(specs, seed, special=True)
-    want, _ = evaluate(p, ins)
-    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
-    wg.launch(p, ins, got)
+    got, want = compiled_and_reference(wg, p, random_inputs(specs, seed, special=True))
     for g, w in zip(got, want, strict=True):
         # transcendental helpers are within a few ulp; sums run in a different order
         assert_close(g, w, rtol=1e-4, atol=1e-5)

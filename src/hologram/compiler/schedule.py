@@ -162,10 +162,11 @@ def plan(program: Program, forced: set[int]) -> Schedule:
             into = None if id(v) in stored else _in_place_target(v, users, stored, forced)
             # One product per buffer: the tail of x @ a + y @ b has two in-place candidates,
             # and the second GEMM would overwrite the first before the tail reads both.
-            if into is not None and id(into) not in claimed and home(into).kind in ("out",
-                                                                                    "tmp"):
-                claimed.add(id(into))
-                homes[id(v)] = home(into)
+            if into is not None and id(into) not in claimed:
+                ref = home(into)
+                if ref.kind in ("out", "tmp"):
+                    claimed.add(id(into))
+                    homes[id(v)] = ref
             bufs[id(v)] = home(v)
             sched.steps.append(GemmPlan(v, bufs[id(v)]))
             copies = stored.get(id(v), [])[1:]
