@@ -466,6 +466,33 @@ def test_views_of_stored_values_are_aliases_not_second_outputs():
     fw = next(g for g in graphs if g.kind == "forward")
     assert len(_stored_values(fw.regions[0].program_text)) == 3  # relu, relu_1, logits
 
+class _Attention(nn.Module):
+    """Scores, softmax and the weighted sum: AOT autograd saves the softmax for the
+    backward twice, as ``detach(softmax)`` and as ``view(expand(softmax))``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(8, dim=-1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1)
+        return att @ v
+
+
+def test_several_views_of_one_value_are_stored_once():
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 8)
+    graphs = _check_train_step(_Attention(), lambda m, x: (m(x) ** 2).mean(), x)
+    _no_fallback(graphs)
+    fw = next(g for g in graphs if g.kind == "forward")
+    text = fw.regions[0].program_text
+    # The softmax (3x5x5) leaves the forward program once, whatever views it is saved as.
+    softmax_stores = [line for line in text.splitlines()
+                      if line.startswith("stg") and ("[3,5,5]" in line or "[15,5]" in line)]
+    assert len(softmax_stores) == 1, text
+
+
 
 def test_region_reads_tensors_in_place_and_copies_other_layouts():
     """The per-call path hands tensors' addresses to the program when dtype, shape and

@@ -483,11 +483,19 @@ class _Plan:
             if any(region_of.get(u) is not r for u in n.users):
                 needed.append(n)
         mirrors: list[torch.fx.Node] = []
-        # Values the program stores; a free view of one (AOT autograd saves both `relu`
-        # and `detach(relu)` for backward) is made by PyTorch from the stored tensor,
-        # an alias as in eager, instead of being stored twice.
+        # Values the program stores. Free views of one value (AOT autograd saves both
+        # `relu` and `detach(relu)`, or `detach(softmax)` and `view(expand(softmax))`,
+        # for backward) are made by PyTorch from that value, stored once: aliases, as
+        # in eager, instead of one copy per view.
         stored = {n for n in needed if n not in r.view_only and r.env[n] is not None}
-        stored -= {n for n in stored if _view_of(n, stored | r.view_only, region_of, r)}
+        by_base: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+        for n in stored:
+            by_base.setdefault(_view_base(n, region_of, r), []).append(n)
+        for base, group in by_base.items():
+            if (base in stored or len(group) > 1) and base not in r.view_only \
+                    and isinstance(r.env.get(base), Var):
+                stored -= set(group)
+                stored.add(base)
 
         def mirror(n: torch.fx.Node) -> None:
             if n in mirrors:
@@ -497,16 +505,12 @@ class _Plan:
                     mirror(s)
             mirrors.append(n)
 
-        outs: list[tuple[torch.fx.Node, Var, TInfo]] = []
+        outs = [(n, r.env[n], infos[n]) for n in r.nodes if n in stored]
         for n in needed:
-            v = r.env[n]
-            if v is None:  # e.g. a gradient output_mask did not ask for
+            if r.env[n] is None:  # e.g. a gradient output_mask did not ask for
                 r.none_outputs.append(n)
-                continue
-            if n in stored:
-                outs.append((n, v, infos[n]))
-            else:  # a view of an input or of a stored value: PyTorch makes it, no copy
-                mirror(n)
+            elif n not in stored:  # a view of an input or of a stored value: PyTorch
+                mirror(n)          # makes it, no copy
         order = {n: i for i, n in enumerate(r.nodes)}
         r.mirrors = sorted(mirrors, key=order.__getitem__)
         if not outs:
@@ -558,16 +562,18 @@ class _Plan:
         return self._read_outputs(env)
 
 
-def _view_of(n: torch.fx.Node, available: set[torch.fx.Node],
-             region_of: dict[torch.fx.Node, _Region], r: _Region) -> bool:
-    """Whether ``n`` is a view op eager PyTorch makes for free (detach, t, view, ...)
-    whose tensor operands from region ``r`` are all in ``available``."""
-    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
-        return False
-    if n.target.overloadpacket not in FREE_IN_EAGER:
-        return False
-    srcs = [s for s in n.all_input_nodes if region_of.get(s) is r]
-    return bool(srcs) and all(s in available and s is not n for s in srcs)
+def _view_base(n: torch.fx.Node, region_of: dict[torch.fx.Node, _Region],
+               r: _Region) -> torch.fx.Node:
+    """The value of region ``r`` that ``n`` is a view of, through a chain of views
+    eager PyTorch makes for free (detach, t, view, expand, ...); ``n`` itself if it is
+    not such a view."""
+    while (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+           and n.target.overloadpacket in FREE_IN_EAGER):
+        srcs = [s for s in n.all_input_nodes if region_of.get(s) is r]
+        if len(srcs) != 1 or isinstance(r.env.get(srcs[0]), tuple):
+            break
+        n = srcs[0]
+    return n
 
 
 def _may_mutate(node: torch.fx.Node) -> bool:

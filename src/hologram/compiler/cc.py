@@ -44,10 +44,9 @@ OpenMP still gets a working, slower set), and the probe kernel itself goes
 through the disk cache, so after the first run finding a compiler costs a
 ``--version`` call and a cache hit.
 
-Threads: OpenMP's fork/join costs about 1-2 us on this box, so kernels should
-only go parallel above :data:`OMP_MIN_ELEMENTS_SIMPLE` elements for plain
-arithmetic (memory-bound) and :data:`OMP_MIN_ELEMENTS_MATH` for loops that
-call a transcendental per element (compute-bound); see their comments.
+Threads: OpenMP's fork/join costs about 1-2 us on this box, so the renderer
+makes a kernel's loop parallel only above a size (``render_c.PARALLEL_MIN_WORK``
+and ``PARALLEL_MIN_WORK_MATH``; see their comments).
 
 Fork: GNU OpenMP (libgomp) is not fork-safe. A child created with ``fork``
 after the parent ran a parallel kernel hangs forever in its first parallel
@@ -75,13 +74,6 @@ from .. import __version__
 from ..cache import KernelCache
 from ..errors import HologramError
 from .c_math import C_MATH
-
-#: Plain arithmetic (add, mul, select, casts...): memory-bound, so a second thread
-#: only pays once the data leaves L2; measured crossover ~64-128K f32 elements.
-OMP_MIN_ELEMENTS_SIMPLE = 1 << 17
-#: Loops with a transcendental per element (tanh, exp, erf, ...): compute-bound
-#: even with libmvec; measured crossover ~16-32K f32 elements.
-OMP_MIN_ELEMENTS_MATH = 1 << 15
 
 # libmvec functions by the glibc release that first shipped them for x86-64.
 _MVEC_2_22 = ("exp", "log", "sin", "cos", "pow")
@@ -480,5 +472,4 @@ def _version_text(command: Sequence[str]) -> str:
     return text
 
 
-__all__ = ["C_PRELUDE", "KERNEL_CACHE", "OMP_MIN_ELEMENTS_MATH", "OMP_MIN_ELEMENTS_SIMPLE",
-           "CCompiler", "CompileError", "cpu_features", "numbered"]
+__all__ = ["C_PRELUDE", "KERNEL_CACHE", "CCompiler", "CompileError", "cpu_features", "numbered"]

@@ -84,10 +84,14 @@ class Scope:
         return out
 
 
-# Elements below which a second thread costs more than it saves (measured: starting an
-# OpenMP region costs ~0.6 us, and a busy box can stall it; see compiler/cc.py).
-PARALLEL_MIN_WORK = 1 << 17  # plain arithmetic: memory-bound
-PARALLEL_MIN_WORK_MATH = 1 << 15  # loops calling transcendental functions
+# Elements from which a kernel's loop runs on every OpenMP thread; below, a second
+# thread costs more than it saves (starting a region costs ~1-2 us, and a busy box can
+# stall it). Crossovers of jit calls on the 2-core VM (session 7, interleaved one-off
+# A/B): plain arithmetic 16-32K f32 elements, a transcendental per element 4-8K. The
+# earlier 128K/32K left the transformer block's 512x128 kernels (layer norm, residuals,
+# head copies) on one thread; its training step ran 1-3% slower for it.
+PARALLEL_MIN_WORK = 1 << 15  # plain arithmetic: memory-bound
+PARALLEL_MIN_WORK_MATH = 1 << 13  # loops calling transcendental functions
 ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shares with a row
 # A row sum of at most this many f32 elements accumulates in float: 16 SIMD lanes of at
 # most 64 terms each (error bound ~68 ulp of the sum of |x|, typically a few; ATen sums
