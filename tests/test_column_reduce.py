@@ -11,7 +11,7 @@ import hologram
 
 CASES = [((256, 256), (0,)), ((7, 3), (0,)), ((1000, 700), (0,)), ((4, 5, 6), (1,)),
          ((4, 5, 6), (0, 1)), ((3, 300, 9), (0,)), ((2, 1), (0,)), ((0, 5), (0,)),
-         ((600, 600), (0,))]
+         ((600, 600), (0,)), ((512, 128), (0,)), ((2048, 17), (0,)), ((300, 200), (0,))]
 
 
 # max/min of nothing has no identity in NumPy: empty shapes are summed only
@@ -40,6 +40,17 @@ def test_column_kernel_is_used_and_strided_one_is_not():
     assert "o0 = ob * 256" in src  # accumulators per block of kept elements
     src = hologram.jit(lambda v: v.sum(axis=1, keepdims=True)).explain(x)
     assert "o0 = ob" not in src  # a row sum reads contiguously already
+
+
+def test_narrow_columns_split_in_two_blocks_when_threaded():
+    """A bias gradient of 128 columns over 512 rows is threaded: two blocks of 64, not
+    one block read by one thread; small ones stay one block."""
+    src = hologram.jit(lambda v: v.sum(axis=0, keepdims=True)).explain(
+        np.ones((512, 128), np.float32))
+    assert "o0 = ob * 64" in src and "omp parallel" in src
+    src = hologram.jit(lambda v: v.sum(axis=0, keepdims=True)).explain(
+        np.ones((16, 128), np.float32))
+    assert "o0 = ob * 256" in src and "omp parallel" not in src
 
 
 def test_integer_column_sum():
