@@ -496,6 +496,8 @@ class _Plan:
                     and isinstance(r.env.get(base), Var):
                 stored -= set(group)
                 stored.add(base)
+        # A view that drops elements (a slice) of a value stored anyway is made too.
+        stored -= {n for n in stored if _view_of(n, stored | r.view_only, region_of, r)}
 
         def mirror(n: torch.fx.Node) -> None:
             if n in mirrors:
@@ -562,13 +564,32 @@ class _Plan:
         return self._read_outputs(env)
 
 
+def _view_of(n: torch.fx.Node, available: set[torch.fx.Node],
+             region_of: dict[torch.fx.Node, _Region], r: _Region) -> bool:
+    """Whether ``n`` is a view op eager PyTorch makes for free (detach, t, view, ...)
+    whose tensor operands from region ``r`` are all in ``available``."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    if n.target.overloadpacket not in FREE_IN_EAGER:
+        return False
+    srcs = [s for s in n.all_input_nodes if region_of.get(s) is r]
+    return bool(srcs) and all(s in available and s is not n for s in srcs)
+
+
+#: Free views that keep every element of their source: storing the source instead of
+#: such a view never stores more (a slice's source can be much larger than the slice).
+_WHOLE_VIEWS = FREE_IN_EAGER - {torch.ops.aten.slice, torch.ops.aten.narrow,
+                                torch.ops.aten.split, torch.ops.aten.split_with_sizes,
+                                torch.ops.aten.chunk}
+
+
 def _view_base(n: torch.fx.Node, region_of: dict[torch.fx.Node, _Region],
                r: _Region) -> torch.fx.Node:
     """The value of region ``r`` that ``n`` is a view of, through a chain of views
-    eager PyTorch makes for free (detach, t, view, expand, ...); ``n`` itself if it is
-    not such a view."""
+    eager PyTorch makes for free and that keep every element (detach, t, view,
+    expand, ...); ``n`` itself if it is not such a view."""
     while (n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
-           and n.target.overloadpacket in FREE_IN_EAGER):
+           and n.target.overloadpacket in _WHOLE_VIEWS):
         srcs = [s for s in n.all_input_nodes if region_of.get(s) is r]
         if len(srcs) != 1 or isinstance(r.env.get(srcs[0]), tuple):
             break
