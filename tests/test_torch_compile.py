@@ -466,6 +466,7 @@ def test_views_of_stored_values_are_aliases_not_second_outputs():
     fw = next(g for g in graphs if g.kind == "forward")
     assert len(_stored_values(fw.regions[0].program_text)) == 3  # relu, relu_1, logits
 
+
 class _Attention(nn.Module):
     """Scores, softmax and the weighted sum: AOT autograd saves the softmax for the
     backward twice, as ``detach(softmax)`` and as ``view(expand(softmax))``."""
@@ -491,7 +492,6 @@ def test_several_views_of_one_value_are_stored_once():
     softmax_stores = [line for line in text.splitlines()
                       if line.startswith("stg") and ("[3,5,5]" in line or "[15,5]" in line)]
     assert len(softmax_stores) == 1, text
-
 
 
 def test_region_reads_tensors_in_place_and_copies_other_layouts():
