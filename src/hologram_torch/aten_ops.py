@@ -518,6 +518,20 @@ def _identity(ctx: Ctx, x: Var, *args: Any, **kwargs: Any) -> Var:
     return x
 
 
+def _copy(ctx: Ctx, x: Any, src: Any, non_blocking: bool = False) -> Var:
+    """The functional ``copy``: ``src``'s values in ``x``'s dtype and shape (what
+    functionalization makes of an in-place update of a temporary, e.g. ``addcmul_``)."""
+    return _var(src, ctx.out_dtype).expand(ctx.out_shape)
+
+
+def _fma(ctx: Ctx, a: Any, b: Any, c: Any) -> Var:
+    """Inductor's ``prims.fma`` (from its ``addcmul`` decomposition): ``a * b + c``
+    rounded once, as eager's vectorised ``addcmul`` computes it."""
+    d = ctx.out_dtype
+    x, y, z = (_var(v, d) for v in (a, b, c))
+    return Var(elementwise(Op.FMA, x.v, y.v, z.v))
+
+
 def _to_copy(ctx: Ctx, x: Var, *args: Any, dtype: Any = None, device: Any = None,
              **kwargs: Any) -> Var:
     if device is not None and torch.device(device).type != "cpu":
@@ -731,6 +745,7 @@ ATEN_TABLE: dict[Any, Callable[..., Any]] = {
     aten.clone: _identity,
     aten.alias: _identity,
     aten.lift_fresh_copy: _identity,
+    aten.copy: _copy,
     aten._to_copy: _to_copy,
     torch.ops.prims.convert_element_type: _convert_element_type,
     aten.full: _fill_from(1),
@@ -754,6 +769,11 @@ ATEN_TABLE: dict[Any, Callable[..., Any]] = {
     aten.binary_cross_entropy_with_logits: _bce_logits,
     aten.nll_loss_forward: _nll_loss_forward,
     aten.nll_loss_backward: _nll_loss_backward,
+}
+# Rows for ops that exist only once another module registers them (Inductor's
+# prims), looked up by name.
+NAMED_ROWS: dict[str, Callable[..., Any]] = {
+    "prims.fma": _fma,
 }
 # Ops that take integer class indices (loaded as f64: exact below 2**53).
 # Ops that only re-index: a region of nothing but these is left to PyTorch (a view
@@ -794,5 +814,6 @@ def _op_name(target: Any) -> str:
 
 def _table_row(target: Any) -> Callable[..., Any] | None:
     if isinstance(target, torch._ops.OpOverload):
-        return ATEN_TABLE.get(target) or ATEN_TABLE.get(target.overloadpacket)
+        return (ATEN_TABLE.get(target) or ATEN_TABLE.get(target.overloadpacket)
+                or NAMED_ROWS.get(str(target.overloadpacket)))
     return None

@@ -130,6 +130,10 @@ class _Region:
         self.outputs: list[tuple[torch.fx.Node, int | None, TInfo]] = []
         self.mirrors: list[torch.fx.Node] = []
         self.none_outputs: list[torch.fx.Node] = []
+        # Set by _Plan._plan_updates: output index -> (the graph input an in-place
+        # update writes it into, that input's index in `inputs` or None if unread).
+        self.updates: dict[int, tuple[torch.fx.Node, int | None]] = {}
+        self.in_place: list[int] = []  # those the runner writes in place (backend agreed)
 
     def load(self, node: torch.fx.Node, info: TInfo) -> Var:
         v = self._by_node.get(node)
@@ -227,6 +231,8 @@ class RegionSummary:
     kernels: list[str] = field(default_factory=list)
     program_text: str = ""
     source: str = ""
+    # Graph inputs the program updates by writing into them (no output, no copy_).
+    in_place_updates: int = 0
 
 
 @dataclass
@@ -296,7 +302,8 @@ def _summarize(region: _Region, ex: Executor) -> RegionSummary:
         return RegionSummary(region.number, ops, stats.instructions_before,
                              stats.instructions_after, stats.launches_before,
                              stats.launches_after, True, _kernel_names(compiled),
-                             region.program.text, getattr(compiled, "source", "") or "")
+                             region.program.text, getattr(compiled, "source", "") or "",
+                             len(region.in_place))
     # A backend that interprets the program (reference) runs each instruction alone.
     n_inst = compute_instructions(region.program)
     n_launch = unfused_launches(region.program)
@@ -317,6 +324,9 @@ class _Plan:
         self.steps: list[tuple[str, Any]] = []  # ("torch", node) | ("region", _Region)
         self.placeholders: list[torch.fx.Node] = []
         self.output_args: Any = None
+        # copy_(graph input, value) nodes: the in-place updates AOT autograd keeps in
+        # inference graphs (keep_inference_input_mutations), e.g. an optimizer step's.
+        self.updates: dict[torch.fx.Node, tuple[torch.fx.Node, torch.fx.Node]] = {}
         self._build(gm, infos)
         # (runner, values dead after it) per step, paired once for the per-call loop.
         runners = [self._make_runner(kind_, obj, gm) for kind_, obj in self.steps]
@@ -380,6 +390,10 @@ class _Plan:
                 else:
                     to_torch(node, None)
                 continue
+            if _is_input_update(node):
+                self.updates[node] = (node.args[0], node.args[1])
+                to_torch(node, None)
+                continue
             row = _table_row(node.target)
             if row is None:
                 reason = (f"no hologram translation for {_op_name(node.target)}"
@@ -401,6 +415,7 @@ class _Plan:
         flush()
         for r in self.regions:
             self._finish(r, region_of, infos)
+        self._plan_updates(region_of, infos)
         # A region whose outputs are all views is nothing but PyTorch views.
         kept = []
         for kind, obj in self.steps:
@@ -523,9 +538,41 @@ class _Plan:
                             name=f"{self.kind}_region{r.number}")
         r.outputs = [(n, i, info) for i, (n, _, info) in enumerate(outs)]
 
+    def _plan_updates(self, region_of: dict[torch.fx.Node, _Region],
+                      infos: dict[torch.fx.Node, Any]) -> None:
+        """Mark updates a region may write straight into the graph input.
+
+        ``copy_(x, v)`` at the end of a graph, with ``v`` stored by a region, costs an
+        output allocation and a copy per call. The region can store ``v`` into ``x``
+        instead when every other reader of ``x`` and of ``v`` is in that region (no
+        later step wants the old ``x`` or sees ``v`` alias it); they agree in dtype
+        and shape; and the backend proves, per compiled program, that no read of ``x``
+        sees a written element (``Backend.may_overwrite``, checked by the runner).
+        """
+        counts = Counter(dst for dst, _ in self.updates.values())
+        for node, (dst, src) in self.updates.items():
+            r = region_of.get(src)
+            if r is None or r.program is None or counts[dst] > 1:
+                continue
+            if any(u is not node and region_of.get(u) is not r for u in (*src.users, *dst.users)):
+                continue
+            k = next((i for n, i, _ in r.outputs if n is src), None)
+            di, si = infos.get(dst), infos.get(src)
+            if k is None or not (isinstance(di, TInfo) and isinstance(si, TInfo)):
+                continue
+            if (di.dtype is not si.dtype or di.shape != si.shape
+                    or _carrier(di.dtype) is not di.dtype):
+                continue
+            j = next((i for i, spec in enumerate(r.inputs) if spec.node is dst), None)
+            if j is not None and (r.inputs[j].convert or r.inputs[j].order is not None):
+                continue
+            r.updates[k] = (dst, j)
+
     # --- running -------------------------------------------------------------------
     def _make_runner(self, kind: str, obj: Any, gm: torch.fx.GraphModule
                      ) -> Callable[[dict[torch.fx.Node, Any]], None]:
+        if kind == "torch" and obj in self.updates:
+            return _update_runner(obj, *self.updates[obj])
         if kind == "torch":
             return _torch_runner(obj, gm)
         if kind == "none":
@@ -595,6 +642,26 @@ def _view_base(n: torch.fx.Node, region_of: dict[torch.fx.Node, _Region],
             break
         n = srcs[0]
     return n
+
+
+def _is_input_update(node: torch.fx.Node) -> bool:
+    """``copy_(graph input, value)``: how AOT autograd writes back an input mutation."""
+    return (node.target is torch.ops.aten.copy_.default and len(node.args) == 2
+            and not node.kwargs.get("non_blocking", False)
+            and all(isinstance(a, torch.fx.Node) for a in node.args)
+            and node.args[0].op == "placeholder")
+
+
+def _update_runner(node: torch.fx.Node, dst: torch.fx.Node, src: torch.fx.Node
+                   ) -> Callable[[dict[torch.fx.Node, Any]], None]:
+    """``dst.copy_(src)``, skipped when the region already wrote ``src`` into ``dst``."""
+    def update(env: dict[torch.fx.Node, Any]) -> None:
+        d, s = env[dst], env[src]
+        if s is not d:
+            d.copy_(s)
+        env[node] = d
+
+    return update
 
 
 def _may_mutate(node: torch.fx.Node) -> bool:
@@ -825,6 +892,11 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
     outs = [(n, info.shape, info.dtype, _carrier(info.dtype)) for n, _, info in r.outputs]
     nones = list(r.none_outputs)
     direct = ex.backend.pointer_launcher(compiled)
+    # Outputs written straight into the graph input they update (pointer launches only:
+    # the array path keeps its no-aliasing check).
+    into = {k: dst for k, (dst, j) in r.updates.items()
+            if direct is not None and (j is None or ex.backend.may_overwrite(compiled, j, k))}
+    r.in_place = sorted(into)
     if direct is not None:
         # The per-call path of every training step: tensors' addresses go straight into
         # the program's pointer table. A tensor is read in place when it has the
@@ -862,10 +934,23 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
             # so no boundary arena is passed.
             ex.backend.launch(compiled, arrays, [t.numpy() for t in results])
 
+    def result(env: dict[torch.fx.Node, Any], k: int, shape: tuple[int, ...],
+               carrier: torch.dtype) -> torch.Tensor:
+        dst = into.get(k)
+        if dst is not None:
+            t = env[dst]
+            if t.dtype is carrier and t.is_cpu and t.shape == shape and t.is_contiguous():
+                return t
+        return torch.empty(shape, dtype=carrier)
+
     def run(env: dict[torch.fx.Node, Any]) -> None:
         for n in nones:
             env[n] = None
-        results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
+        if into:
+            results = [result(env, k, shape, carrier)
+                       for k, (_, shape, _, carrier) in enumerate(outs)]
+        else:
+            results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
         if guard is None:
             launch(env, results)
         else:
@@ -976,6 +1061,9 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         if direct is not None:
             return direct
     backend = aot_autograd(
+        # In-place updates of inputs (an optimizer step) stay in inference graphs as
+        # copy_ nodes, which the plan may turn into stores into the input itself.
+        keep_inference_input_mutations=True,
         fw_compiler=fw,
         bw_compiler=bw,
         inference_compiler=_graph_compiler("inference", executor, blas),

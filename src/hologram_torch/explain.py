@@ -111,6 +111,9 @@ class ExplainReport:
                              f"{r.launches_after}{note}")
                 if r.kernels:
                     lines.append(f"    kernels: {', '.join(r.kernels)}")
+                if r.in_place_updates:
+                    lines.append(f"    in-place updates: {r.in_place_updates} graph inputs "
+                                 f"written by the program (no copy)")
             for (op, why), n in Counter(g.torch_ops).items():
                 times = f" x{n}" if n > 1 else ""
                 lines.append(f"  in PyTorch: {op}{times}: {why}")

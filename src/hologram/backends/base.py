@@ -56,6 +56,12 @@ class Backend(ABC):
         """
         return None
 
+    def may_overwrite(self, compiled: Any, in_index: int, out_index: int) -> bool:
+        """Whether a pointer launch may pass one address as both input ``in_index`` and
+        output ``out_index``: an in-place update, with no read of the input seeing an
+        element the program already wrote. No, unless the backend proves it."""
+        return False
+
     def synchronize(self) -> None:  # noqa: B027 - a no-op is right for host backends
         """Wait for launched work; host backends finish before launch returns."""
 

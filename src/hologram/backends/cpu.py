@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler import blas
+from ..compiler import aliasing, blas
 from ..compiler.gemm_layout import GemmDesc, gemm_desc
 from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launches
 from ..compiler.render_c import gemm_step_name, render_kernels
@@ -215,6 +215,11 @@ class CPUBackend(Backend):
             fn(table_type(*pointers, *map(data_pointer, scratch)))
 
         return run
+
+    def may_overwrite(self, compiled: Any, in_index: int, out_index: int) -> bool:
+        if self._fallback is not None:
+            return False
+        return aliasing.may_overwrite(compiled.lowered.schedule, in_index, out_index)
 
     def launch(self, compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
                arena: np.ndarray | None = None) -> None:

@@ -139,7 +139,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
         homes[id(v)] = ref
         return ref
 
-    users = _users(program)
+    users = users_of(program)
     claimed: set[int] = set()  # values a GEMM result is already computed in place of
 
     for v in program.instructions:
@@ -180,7 +180,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
     return sched
 
 
-def _users(program: Program) -> dict[int, list[Value]]:
+def users_of(program: Program) -> dict[int, list[Value]]:
     """id(value) -> the distinct instructions that read it (STG included)."""
     users: dict[int, list[Value]] = {}
     for v in program.instructions:
