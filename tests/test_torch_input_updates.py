@@ -19,9 +19,6 @@ nn = torch.nn
 
 from hologram_torch import compile_backend as cb  # noqa: E402
 
-# Dynamo tracing an optimizer touches torch.jit, which warns that it is deprecated.
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:torch.jit")
-
 OPTIMIZERS = {
     "Adam": (torch.optim.Adam, {"lr": 1e-2}),
     "AdamW": (torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),

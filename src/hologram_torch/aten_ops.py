@@ -795,8 +795,9 @@ DECOMPOSE = ("silu", "silu_backward", "hardtanh", "hardtanh_backward", "leaky_re
 
 
 def supported_ops() -> list[str]:
-    """Names of the ATen ops the backend translates (the rows of ATEN_TABLE)."""
-    return sorted(str(k) for k in ATEN_TABLE)
+    """Names of the ATen ops the backend translates (the rows of ATEN_TABLE and
+    NAMED_ROWS)."""
+    return sorted({*(str(k) for k in ATEN_TABLE), *NAMED_ROWS})
 
 
 def _decompositions() -> dict[Any, Callable[..., Any]]:
