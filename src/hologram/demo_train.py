@@ -14,8 +14,8 @@ It is a demo, so it is honest about what it measures: the step time is wall
 clock for zero_grad + forward + backward + optimizer step, the first hologram
 step (tracing and compiling) is reported separately rather than folded into a
 median (the optimizer's second step compiles again, once its momentum buffers
-exist: one slow step among hundreds, which a median ignores), and no result is assumed: the
-accuracies are measured on held-out data. The digits data ship with
+exist: one slow step among hundreds, which a median ignores), and no result is
+assumed: the accuracies are measured on held-out data. The digits data ship with
 scikit-learn, so nothing is downloaded.
 """
 

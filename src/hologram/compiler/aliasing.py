@@ -11,16 +11,17 @@ The rule, checked on a scheduled program: the output is computed by one kernel,
 and every read of the input, directly or through values inlined into kernels, is
 element-wise at the input's own shape and ends in that kernel. Then the kernel is
 the only one to read the input, and it reads element ``i`` only to write element
-``i``, as ``scheduler._in_place_target`` argues for GEMM results. Anything else (a
-transposed or broadcast read, a reduction, a GEMM operand, a second kernel, a copy
-to another output, Φ addressing) answers no: the caller then copies.
+``i`` (``schedule.elementwise_sink``, the walk that also puts a GEMM's product in
+place of its tail). Anything else (a transposed or broadcast read, a reduction, a
+GEMM operand, a second kernel, a copy to another output, Φ addressing) answers no:
+the caller then copies.
 """
 
 from __future__ import annotations
 
 from ..isa.opcodes import ELEMENTWISE, Op, group
 from ..isa.value import Value
-from .schedule import GemmPlan, KernelPlan, Schedule, users_of
+from .schedule import GemmPlan, KernelPlan, Schedule, elementwise_sink, users_of
 
 __all__ = ["may_overwrite"]
 
@@ -50,18 +51,12 @@ def may_overwrite(sched: Schedule, in_index: int, out_index: int) -> bool:
         return False
     users = users_of(sched.program)
     for load in loads:
-        seen = {id(load)}
-        stack = [load]
-        while stack:
-            for u in users.get(id(stack.pop()), []):
-                if id(u) in seen or u is sink:
-                    continue
-                seen.add(id(u))
-                if u.op is Op.STG and u.srcs[0] is sink:
-                    continue  # the sink's kernel stores it (the input unchanged, say)
-                if u.op is Op.STG or group(u.op) not in ELEMENTWISE or u.shape != load.shape:
-                    return False
-                if id(u) in sched.buffers:
-                    return False  # another kernel reads the input
-                stack.append(u)
+        reads = users.get(id(load), [])
+        if load is sink:  # the input stored unchanged: each element onto itself
+            ok = all(u.op is Op.STG for u in reads)
+        else:
+            ok = not reads or elementwise_sink(
+                load, users, lambda u: id(u) in sched.buffers) is sink
+        if not ok:
+            return False
     return True

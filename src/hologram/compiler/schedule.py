@@ -14,6 +14,7 @@ so the rule lives in one place.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..isa.dtypes import DType
@@ -189,6 +190,36 @@ def users_of(program: Program) -> dict[int, list[Value]]:
     return users
 
 
+def elementwise_sink(v: Value, users: dict[int, list[Value]],
+                     materialized: Callable[[Value], bool]) -> Value | None:
+    """The one materialized value every read of ``v`` ends in, or None.
+
+    Every reader of ``v``, directly or through readers that are inlined (not
+    ``materialized``), must be element-wise at ``v``'s shape, and all of them must end
+    in the same materialized value. That value's kernel is then the only one to read
+    ``v``, and it reads ``v[i]`` only to write element ``i``. A store, a movement op,
+    a reduction, a GEMM, another shape or a second materialized reader gives None, as
+    does a ``v`` nothing reads.
+    """
+    sink: Value | None = None
+    seen = {id(v)}
+    stack = [v]
+    while stack:
+        for u in users.get(id(stack.pop()), []):
+            if id(u) in seen:
+                continue
+            seen.add(id(u))
+            if u.op is Op.STG or group(u.op) not in ELEMENTWISE or u.shape != v.shape:
+                return None
+            if materialized(u):
+                if sink is not None:
+                    return None  # two kernels would read v
+                sink = u
+            else:
+                stack.append(u)
+    return sink
+
+
 def _in_place_target(g: Value, users: dict[int, list[Value]], stored: dict[int, list[BufRef]],
                      forced: set[int]) -> Value | None:
     """The value a GEMM result ``g`` may be computed in place of, or None.
@@ -197,27 +228,10 @@ def _in_place_target(g: Value, users: dict[int, list[Value]], stored: dict[int, 
     ``gelu(x @ w + b)`` stored, or a ReLU backward's mask applied to the product.
     Written into the tail's buffer, the product needs no temp of its own, and the tail
     reads and writes the same element (in the GEMM's epilogue, on the tile in cache).
-    That is right when everything that reads ``g``, directly or through other readers,
-    is element-wise of ``g``'s shape and inlined, up to exactly one materialized value
-    (stored or ``forced``) of ``g``'s dtype and shape: that value's kernel is then the
-    only one to read ``g``, and it reads ``g[i]`` only to write element ``i``.
+    That is right when ``g``'s reads all end in one materialized value (stored or
+    ``forced``) of ``g``'s dtype (:func:`elementwise_sink`).
     """
-    sink: Value | None = None
-    seen = {id(g)}
-    stack = [g]
-    while stack:
-        for u in users.get(id(stack.pop()), []):
-            if id(u) in seen:
-                continue
-            seen.add(id(u))
-            if u.op is Op.STG or group(u.op) not in ELEMENTWISE or u.shape != g.shape:
-                return None
-            if id(u) in stored or id(u) in forced:
-                if sink is not None:
-                    return None  # two kernels would read g
-                sink = u
-            else:
-                stack.append(u)
+    sink = elementwise_sink(g, users, lambda u: id(u) in stored or id(u) in forced)
     return sink if sink is not None and sink.dtype == g.dtype else None
 
 
