@@ -2,10 +2,10 @@
 
 Why this exists: an in-place update (an optimizer step, ``x.add_(y)`` under
 ``torch.compile``) computes new values for a tensor it also reads. Written to a
-fresh buffer and copied back, each update costs an allocation and a copy per call;
-on the benchmark MLP's Adam step those were twice the work of the program itself
-(docs/perf.md, session 8). Writing the output straight into the input's memory is
-right only when no read of the input can see a value already overwritten.
+fresh buffer and copied back, each update costs an allocation and a copy per call,
+24 of each per Adam step of the benchmark MLP (docs/perf.md, session 8). Writing the
+output straight into the input's memory is right only when no read of the input can
+see a value already overwritten.
 
 The rule, checked on a scheduled program: the output is computed by one kernel,
 and every read of the input, directly or through values inlined into kernels, is
