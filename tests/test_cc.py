@@ -227,8 +227,13 @@ def test_ieee_special_values_survive(cc: CCompiler, dtype) -> None:
             zero = want == 0
             assert np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])), name
             finite = np.isfinite(want)
-            np.testing.assert_allclose(got[finite], want[finite], err_msg=name,
-                                       rtol=4 * np.finfo(dtype).eps, atol=np.finfo(dtype).tiny)
+            eps = np.finfo(dtype).eps
+            # GELU's 1 + tanh(...) cancels for negative x: an error of a few ulp in tanh
+            # (both sides' libm) is scaled by 0.5|x|, not by the tiny result.
+            atol = 4 * eps * np.abs(x[finite]) if name == "k_gelu" else np.finfo(dtype).tiny
+            err = np.abs(got[finite].astype(np.float64) - want[finite])
+            bound = 4 * eps * np.abs(want[finite].astype(np.float64)) + atol
+            assert (err <= bound).all(), (name, x[finite][err > bound], err[err > bound])
 
 
 def test_prelude_builds_without_libmvec(cc: CCompiler) -> None:

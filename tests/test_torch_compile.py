@@ -283,17 +283,17 @@ def test_unmerging_batch_axes_of_bmm_operands():
         return g
 
     # merged (2, 3) batch on both sides -> a [2, 3, ...] GEMM over the permuted views
-    g = gemm_of(lambda x, y: cb._batched_gemm(x.permute(0, 2, 1, 3).reshape(6, 4, 5),
+    g = gemm_of(lambda x, y: cb.batched_gemm(x.permute(0, 2, 1, 3).reshape(6, 4, 5),
                                               y.permute(0, 2, 1, 3).reshape(6, 4, 5)
                                               .permute(0, 2, 1)),
                 [("f32", (2, 4, 3, 5)), ("f32", (2, 4, 3, 5))])
     assert g.shape == (2, 3, 4, 4)
     # one side merged, the other a plain [6, 5, 7]: that one is split (a view)
-    g = gemm_of(lambda x, y: cb._batched_gemm(x.permute(0, 2, 1, 3).reshape(6, 4, 5), y),
+    g = gemm_of(lambda x, y: cb.batched_gemm(x.permute(0, 2, 1, 3).reshape(6, 4, 5), y),
                 [("f32", (2, 4, 3, 5)), ("f32", (6, 5, 7))])
     assert g.shape == (2, 3, 4, 7)
     # two different splits: the 3-D product
-    g = gemm_of(lambda x, y: cb._batched_gemm(x.reshape(6, 4, 5), y.reshape(6, 5, 2)),
+    g = gemm_of(lambda x, y: cb.batched_gemm(x.reshape(6, 4, 5), y.reshape(6, 5, 2)),
                 [("f32", (2, 3, 4, 5)), ("f32", (3, 2, 5, 2))])
     assert g.shape == (6, 4, 2)
 

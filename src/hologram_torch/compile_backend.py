@@ -10,7 +10,8 @@ reason is logged once per op on the ``hologram_torch`` logger, so a graph never
 fails or silently changes meaning because one op is missing.
 
 The translation of each ATen op is one row of the table :data:`ATEN_TABLE` in
-:mod:`hologram_torch.aten_ops` (look there to see or add an op); what each FX node
+:mod:`hologram_torch.lowering` (one module per op family: look there to see or add
+an op); what each FX node
 produces (:class:`TInfo`) comes from :mod:`hologram_torch.fx_info`. This module
 holds the rest: regions and plans (which nodes form which program, what runs in
 PyTorch), the runners that launch a region's program on the graph's tensors, and
@@ -48,21 +49,6 @@ from hologram.isa.program import Program
 from hologram.isa.value import Value, contiguous_strides
 from hologram.memory.address import data_pointer
 
-# The op table and node infos live in their own modules; the names callers import
-# from here stay importable (re-exported).
-from .aten_ops import ATEN_TABLE as ATEN_TABLE
-from .aten_ops import (
-    FREE_IN_EAGER,
-    VIEW_OPS,
-    Ctx,
-    Unsupported,
-    _decompositions,
-    _isa_dtype,
-    _op_name,
-    _table_row,
-    supported_ops,
-)
-from .aten_ops import _batched_gemm as _batched_gemm
 from .direct_autograd import compile_training
 from .fx_info import (
     INT_DTYPES,
@@ -73,6 +59,22 @@ from .fx_info import (
     _Recorder,
     _signature,
 )
+
+# The op table lives in the lowering package and node infos in fx_info; the names
+# callers import from here stay importable (re-exported).
+from .lowering import ATEN_TABLE as ATEN_TABLE
+from .lowering import (
+    FREE_IN_EAGER,
+    VIEW_OPS,
+    Ctx,
+    Unsupported,
+    decompositions,
+    isa_dtype,
+    op_name,
+    supported_ops,
+    table_row,
+)
+from .lowering.linalg import batched_gemm as batched_gemm
 
 __all__ = [
     "ATEN_TABLE",
@@ -297,7 +299,7 @@ def _summarize(region: _Region, ex: Executor) -> RegionSummary:
     assert region.program is not None
     compiled = ex.compile(region.program)
     stats = getattr(compiled, "stats", None)
-    ops = Counter(_op_name(n.target) for n in region.nodes if n.target is not operator.getitem)
+    ops = Counter(op_name(n.target) for n in region.nodes if n.target is not operator.getitem)
     if stats is not None:
         return RegionSummary(region.number, ops, stats.instructions_before,
                              stats.instructions_after, stats.launches_before,
@@ -338,7 +340,7 @@ class _Plan:
             sum(1 for n in gm.graph.nodes if isinstance(n.target, torch._ops.OpOverload)
                 and n.target.overloadpacket not in FREE_IN_EAGER),
             [_summarize(r, ex) for r in self.regions],
-            [(_op_name(n.target), why) for n, why in self.torch_nodes],
+            [(op_name(n.target), why) for n, why in self.torch_nodes],
             ex.backend_name,
         )
 
@@ -365,7 +367,7 @@ class _Plan:
             if reason is not None:
                 self.torch_nodes.append((node, reason))
                 if isinstance(node.target, torch._ops.OpOverload):
-                    _log_fallback(_op_name(node.target), reason)
+                    _log_fallback(op_name(node.target), reason)
             self.steps.append(("torch", node))
 
         for node in gm.graph.nodes:
@@ -394,9 +396,9 @@ class _Plan:
                 self.updates[node] = (node.args[0], node.args[1])
                 to_torch(node, None)
                 continue
-            row = _table_row(node.target)
+            row = table_row(node.target)
             if row is None:
-                reason = (f"no hologram translation for {_op_name(node.target)}"
+                reason = (f"no hologram translation for {op_name(node.target)}"
                           if isinstance(node.target, torch._ops.OpOverload) else None)
                 to_torch(node, reason)
                 continue
@@ -485,7 +487,7 @@ class _Plan:
             if tuple(r.shape) != o.shape:
                 raise Unsupported(f"translation shape {list(r.shape)} differs from ATen's "
                                   f"{list(o.shape)}")
-            if r.dtype is not _isa_dtype(o.dtype):
+            if r.dtype is not isa_dtype(o.dtype):
                 raise Unsupported(f"translation dtype {r.dtype} differs from ATen's {o.dtype}")
 
     def _finish(self, r: _Region, region_of: dict[torch.fx.Node, _Region],
@@ -1055,9 +1057,9 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     executor = ex if isinstance(ex, Executor) else default_executor(str(ex))
     fw = _graph_compiler("forward", executor, blas)
     bw = _graph_compiler("backward", executor, blas)
-    decompositions = _decompositions()
+    decomps = decompositions()
     if mode == "direct":
-        direct = compile_training(gm, example_inputs, fw, bw, decompositions)
+        direct = compile_training(gm, example_inputs, fw, bw, decomps)
         if direct is not None:
             return direct
     backend = aot_autograd(
@@ -1067,7 +1069,7 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         fw_compiler=fw,
         bw_compiler=bw,
         inference_compiler=_graph_compiler("inference", executor, blas),
-        decompositions=decompositions,
+        decompositions=decomps,
     )
     return backend(gm, example_inputs)
 

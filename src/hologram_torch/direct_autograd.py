@@ -33,8 +33,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from .aten_ops import FREE_IN_EAGER
 from .fx_info import _info_of, _is_concrete
+from .lowering import FREE_IN_EAGER
 
 log = logging.getLogger("hologram_torch")
 

@@ -3,7 +3,7 @@
 The ``torch.compile`` backend plans from these infos, read off the shapes dynamo
 recorded on each node (``meta['val']``) or, for symbolic (dynamic) shapes, from
 one eager run of the graph (:class:`_Recorder`). The op translations in
-:mod:`hologram_torch.aten_ops` see a node's result as a :class:`TInfo`, and the
+:mod:`hologram_torch.lowering` see a node's result as a :class:`TInfo`, and the
 dtype tables here say which torch dtypes a program carries and as what.
 """
 

@@ -1,0 +1,126 @@
+"""What every translator shares: the context it is called with, the exception that
+hands a node back to PyTorch, and the helpers that turn ATen's arguments into ISA
+values of the right dtype.
+
+The context talks to the region being built only through :class:`RegionHooks`, so
+this package never imports the backend that uses it (the backend imports the
+package, and nothing points back).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.fx
+
+from hologram.isa import dtypes
+from hologram.isa.builder import Var, const, elementwise
+from hologram.isa.dtypes import DType
+from hologram.isa.opcodes import Op
+from hologram.isa.value import Value
+
+from ..fx_info import INT_DTYPES, ISA_FLOAT
+
+
+class Unsupported(Exception):
+    """A node hologram cannot run; the message is the reason shown to the user."""
+
+
+class RegionHooks(Protocol):
+    """The two services a translator may ask of the region it is added to."""
+
+    def aux_input(self, key: tuple, make_array: Callable[[], np.ndarray]) -> Var: ...
+
+    def add_index_check(self, target: Var, n_classes: int, ignore_index: int) -> None: ...
+
+
+class Ctx:
+    """What a translation function may ask about the node it translates."""
+
+    def __init__(self, node: torch.fx.Node, out: Any, region: RegionHooks) -> None:
+        self.node = node
+        self.out = out
+        self._region = region
+
+    @property
+    def out_dtype(self) -> DType:
+        """The ISA dtype of the (first) tensor result."""
+        info = self.out[0] if isinstance(self.out, tuple) else self.out
+        return isa_dtype(info.dtype)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        info = self.out[0] if isinstance(self.out, tuple) else self.out
+        return info.shape
+
+    def iota(self, n: int, dtype: DType) -> Var:
+        """0, 1, ..., n-1 as an input the region receives."""
+        return self._region.aux_input(("iota", n, dtype.name),
+                                      lambda: np.arange(n, dtype=dtype.np_dtype))
+
+    def check_index(self, target: Var, n_classes: int, ignore_index: int) -> None:
+        """Have the runtime check class indices as PyTorch does before running."""
+        self._region.add_index_check(target, n_classes, ignore_index)
+
+
+def isa_dtype(td: torch.dtype) -> DType:
+    """The dtype a tensor of ``td`` has inside a program (integers ride in f64)."""
+    if td is torch.bool:
+        return dtypes.boolean
+    if td in INT_DTYPES:
+        return dtypes.f64
+    d = ISA_FLOAT.get(td)
+    if d is None:
+        raise Unsupported(f"dtype {td} is not an Atlas ISA dtype the executor runs")
+    return d
+
+
+def as_var(x: Any, dtype: DType) -> Var:
+    """A Var of ``dtype``: casts a Var, turns a Python scalar into a 0-d constant."""
+    if isinstance(x, Var):
+        return x.cast(dtype) if x.dtype is not dtype else x
+    if isinstance(x, (bool, int, float)):
+        if dtype is dtypes.boolean:
+            return Var(const(bool(x), dtype, ()))
+        return Var(const(float(x) if dtype.is_float else int(x), dtype, ()))
+    raise Unsupported(f"operand of type {type(x).__name__} is not a tensor or a number")
+
+
+def wider(*xs: Any) -> DType:
+    """The compute dtype for comparing or combining mixed operands (PyTorch-like)."""
+    ds = [x.dtype for x in xs if isinstance(x, Var) and x.dtype.is_float]
+    if not ds:
+        return dtypes.f32
+    full = [x.dtype for x in xs if isinstance(x, Var) and x.dtype.is_float and x.ndim > 0]
+    pool = full or ds
+    return dtypes.f64 if dtypes.f64 in pool else pool[0]
+
+
+def bool_const(value: bool) -> Value:
+    return const(value, dtypes.boolean, ())
+
+
+def or_(p: Var, q: Var) -> Var:
+    return Var(elementwise(Op.SEL, p.v, bool_const(True), q.v))
+
+
+def and_(p: Var, q: Var) -> Var:
+    return Var(elementwise(Op.SEL, p.v, q.v, bool_const(False)))
+
+
+def not_(p: Var) -> Var:
+    return Var(elementwise(Op.SEL, p.v, bool_const(False), bool_const(True)))
+
+
+def dims(x: Var, dim: Any) -> tuple[int, ...]:
+    """ATen's dim argument: None or [] means every dimension."""
+    if dim is None:
+        return tuple(range(x.ndim))
+    if isinstance(dim, int):
+        dim = [dim]
+    if len(dim) == 0:
+        return tuple(range(x.ndim))
+    return tuple(d % x.ndim if x.ndim else 0 for d in dim)
