@@ -11,18 +11,23 @@ from hologram.backends.reference import evaluate
 from hologram.isa import Op
 from hologram.isa import builder as b
 from hologram.isa.builder import Var
+from hologram.isa.opcodes import MATH_UNARY, SCATTER_STEP
 
 UNARY = [Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.TANH, Op.SIGMOID,
-         Op.ERF, Op.SIN, Op.COS]
-BINARY = [Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.POW]
+         Op.ERF, Op.SIN, Op.COS, Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT, Op.LOG1P, Op.EXPM1,
+         *MATH_UNARY, Op.LGAMMA, Op.DIGAMMA]
+BINARY = [Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.POW, Op.FMOD, Op.ATAN2, Op.HYPOT,
+          Op.COPYSIGN, Op.ZETA]
+#: The scatters, by their combining step (SCATTER_STEP's keys).
+SCATTERS = list(SCATTER_STEP)
 REDUCE = [Op.RSUM, Op.RMAX, Op.RMIN, Op.RPROD]
 CONSTS = [0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 3.0, float("nan"), float("inf"), float("-inf")]
 SPECIAL = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, 3e38, -3e38]
 
 
 @st.composite
-def shapes(draw, max_dims: int = 3) -> tuple[int, ...]:
-    nd = draw(st.integers(0, max_dims))
+def shapes(draw, max_dims: int = 3, min_dims: int = 0) -> tuple[int, ...]:
+    nd = draw(st.integers(min_dims, max_dims))
     return tuple(draw(st.sampled_from([0, 1, 1, 2, 3, 5, 8])) for _ in range(nd))
 
 
@@ -74,11 +79,75 @@ def _cat_step(x: Var, y: Var, i: int, j: int) -> Var:
     return Var(b.concat(parts, axis))
 
 
+def _indices(x: Var, y: Var, axis: int, i: int, idt: str) -> tuple[Var, bool]:
+    """(indices into ``axis`` of ``x``, in range and computed by the program, whether they
+    came from ``y``). From ``y``'s values (NaN to 0, doubled, clamped, cast: many
+    duplicates at the ends) when ``y`` fits (``x``'s rank and dtype, no larger off the
+    axis); else IOTA arithmetic over ``x``'s shape with the axis resized (and sometimes
+    the last other axis shortened): reversed, doubled or shifted, then clamped."""
+    n = x.shape[axis]
+    fits = y.ndim == x.ndim and y.dtype is x.dtype and (n > 0 or y.v.size == 0) and all(
+        a <= c for d, (a, c) in enumerate(zip(y.shape, x.shape, strict=True)) if d != axis)
+    if fits and i % 3:
+        clean = y.eq(y).where(y, 0.0)
+        return (clean * 2.0).maximum(0.0).minimum(float(max(n - 1, 0))).cast(idt), True
+    m = [n, 1, 2 * n + 1, 3][i % 4] if n else 0
+    shape = [m if d == axis else s for d, s in enumerate(x.shape)]
+    last = next((d for d in reversed(range(x.ndim)) if d != axis and shape[d] > 1), None)
+    if i % 5 == 0 and last is not None:
+        shape[last] -= 1
+    io = Var(b.iota(tuple(shape), axis, idt))
+    step = [(m - 1) - io, io * 2, io - 1][i % 3]
+    return step.maximum(0).minimum(max(n - 1, 0)), False
+
+
+def _index_step(kind: str, x: Var, y: Var, i: int, j: int, idt: str) -> Var:
+    """One IOTA, GATHER, SCATTER (any of :data:`SCATTERS`), scan or ARGSORT over ``x``
+    (``y`` may give the indices). A sort's positions are used both ways: the sorted
+    values (a GATHER at them) plus the positions themselves as values."""
+    axis = j % x.ndim
+    if kind == "iota":
+        io = Var(b.iota(x.shape, axis, x.dtype))
+        return x * io if i % 2 else x + io
+    if kind == "scan":
+        return Var((b.cumsum if i % 2 else b.cumprod)(x.v, axis))
+    if kind == "sort":
+        pos = Var(b.argsort(x.v, axis, descending=bool(i % 2), dtype=idt))
+        return Var(b.gather(x.v, pos.v, axis)) + pos.cast(x.dtype)
+    idx, from_y = _indices(x, y, axis, i, idt)
+    if kind == "gather":
+        return Var(b.gather(x.v, idx.v, axis))
+    src = y if from_y else Var(b.gather(x.v, idx.v, axis)) * 2.0
+    op = SCATTERS[j % len(SCATTERS)]
+    return Var(b.make(op, (x.v, idx.v, src.v), {"axis": axis}))
+
+
+def _attn_step(x: Var, y: Var, i: int, j: int) -> Var:
+    """Attention with x as the queries ([*batch, L, E]); keys and values from y when its
+    batch dims and E match (so L != S), else from x; causal on odd draws; the output or
+    (one draw in three) the row log-sum-exp."""
+    fits = y.ndim == x.ndim and y.shape[:-2] == x.shape[:-2] and y.shape[-1] == x.shape[-1]
+    kv = y if fits and j % 2 else x
+    out, lse = b.attention(x.v, kv.v, (-kv).v, causal=bool(i % 2), scale=[None, 0.5][j % 2])
+    return Var(lse) if i % 3 == 0 else Var(out)
+
+
 @st.composite
-def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
+def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False,
+             attention: bool = False,
+             empty: bool = False, scans: bool = True,
+             index_dtypes: tuple[str, ...] = ("i32", "i64")):
     """(program builder fn, input specs): 1-3 inputs whose shapes broadcast together.
-    ``gemm``: also draw (batched) matrix products among the steps."""
-    base = draw(shapes())
+    ``gemm``: also draw (batched) matrix products among the steps; ``attention``:
+    attention (forward) steps. ``empty``: one axis
+    of the base shape is 0, so most inputs and values are empty while reductions over
+    that axis and products with it as the inner size are not. Index ops (IOTA, GATHER,
+    the SCATTERs, ARGSORT) are drawn with ``index_dtypes`` (none: not drawn), scans when
+    ``scans``; with neither, the draws are those from before index ops existed."""
+    base = draw(shapes(min_dims=2 if attention else 1 if empty else 0))
+    if empty:
+        k = draw(st.integers(0, len(base) - 1))
+        base = (*base[:k], 0, *base[k + 1:])
     n_in = draw(st.integers(1, 3))
     specs = []
     for _ in range(n_in):
@@ -90,9 +159,12 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
     for _ in range(draw(st.integers(1, max_ops))):
         kinds = ["u", "u", "b", "b", "c", "r", "sel", "mad", "perm", "slice", "cat",
                  "reshape"] + \
-            ["gemm"] * (2 * gemm)
+            ["gemm"] * (2 * gemm) + ["r"] * (3 * empty) + ["attn"] * (6 * attention) + \
+            ["iota", "gather", "gather", "scatter", "sort"] * bool(index_dtypes) + \
+            ["scan"] * scans
         kind = draw(st.sampled_from(kinds))
         plan.append((kind, draw(st.integers(0, 10_000)), draw(st.integers(0, 10_000))))
+    idt = draw(st.sampled_from(index_dtypes)) if index_dtypes else "i32"
 
     def fn(*xs: Var):
         vals = list(xs)
@@ -125,6 +197,10 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False):
                     vals.append(_cat_step(x, y, i, j))
                 elif kind == "gemm" and x.ndim:
                     vals.append(_gemm_step(x, y))
+                elif kind == "attn" and x.ndim >= 2:
+                    vals.append(_attn_step(x, y, i, j))
+                elif kind in ("iota", "gather", "scatter", "scan", "sort") and x.ndim:
+                    vals.append(_index_step(kind, x, y, i, j, idt))
             except ValueError:
                 continue  # shapes that do not broadcast: skip the step
         outs = vals[len(xs):] or vals
@@ -146,11 +222,40 @@ def random_inputs(specs, seed: int, special: bool = True) -> list[np.ndarray]:
     return out
 
 
+CANARY = 0xA5  # the byte around every compiled output
+CANARY_PAD = 64  # canary bytes before and after each output
+
+
+def canary_outputs(specs) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(outputs, the byte buffers holding them): each output C-contiguous inside its own
+    buffer with CANARY_PAD canary bytes either side, so a kernel that writes outside an
+    output (element 0 of an empty one, a row past the end) changes a canary byte."""
+    outs, backs = [], []
+    for d, s in specs:
+        dt = np.dtype(d.np_dtype)
+        n = math.prod(s) * dt.itemsize
+        back = np.full(n + 2 * CANARY_PAD, CANARY, np.uint8)
+        outs.append(back[CANARY_PAD:CANARY_PAD + n].view(dt).reshape(s))
+        backs.append(back)
+    return outs, backs
+
+
+def check_canaries(backs: list[np.ndarray]) -> None:
+    """Raise AssertionError naming the output whose canary bytes a kernel overwrote."""
+    for i, back in enumerate(backs):
+        edges = np.concatenate([back[:CANARY_PAD], back[len(back) - CANARY_PAD:]])
+        bad = np.flatnonzero(edges != CANARY)
+        assert not bad.size, (f"outputs[{i}] ({len(back) - 2 * CANARY_PAD} bytes): a kernel "
+                              f"wrote {bad.size} canary bytes outside it")
+
+
 def compiled_and_reference(ex, program, inputs: list[np.ndarray]
                            ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(what executor ``ex`` computes, what the reference interpreter computes) for
-    ``program`` on ``inputs``."""
+    ``program`` on ``inputs``. Outputs sit between canary bytes that are checked after
+    the launch: an out-of-bounds write fails here, not silently."""
     want, _ = evaluate(program, inputs)
-    got = [np.empty(s, d.np_dtype) for d, s in program.output_specs]
+    got, backs = canary_outputs(program.output_specs)
     ex.launch(program, inputs, got)
+    check_canaries(backs)
     return got, want

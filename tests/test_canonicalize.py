@@ -126,8 +126,82 @@ def _expand_expand(d):
     return b.program(fn, [(d, (1, 1, 8)), (d, (3, 4, 8))])
 
 
+def _empty_value(d):
+    # every kind of computed value of size 0: element-wise, cast, reduction, views, concat
+    def fn(x, y):
+        e = (x.exp() * y + 1.0).sqrt()
+        return (e, x.cast("f64" if d == "f32" else "f32"), x.sum(1, keepdims=True),
+                x.T.reshape(8, 0), Var(b.concat([x.v, x.v], 0)), x.slice((0, 2), (0, 3)))
+    return b.program(fn, [(d, (0, 8)), (d, (1, 8))])
+
+
+def _empty_reduce(d):
+    # each reduction over no elements: its identity, broadcast into a non-empty result
+    return b.program(lambda x, y: (x.sum(0, keepdims=True) + y, x.max(0) * 1.0 + y,
+                                   x.min(0) + y, x.prod(0) + y), [(d, (0, 8)), (d, (8,))])
+
+
+def _empty_gemm(d):
+    return b.program(lambda x, y: x @ y + 1.0, [(d, (4, 0)), (d, (0, 8))])
+
+
+def _empty_concat_part(d):
+    return b.program(lambda x, y, z: (Var(b.concat([x.v, y.v, x.v], 0)).exp(),
+                                      Var(b.concat([x.v, y.v, z.v], 0)) * 2.0),
+                     [(d, (0, 8)), (d, S), (d, (3, 8))])
+
+
+def _index_empty(d):
+    # an iota, gather and scans with no elements; the gather reads an empty index
+    def fn(x, y):
+        idx = Var(b.iota((0, 8), 0, "i64"))
+        return (x + Var(b.iota((0, 8), 1, d)), Var(b.gather(y.v, idx.v, 0)),
+                Var(b.cumsum(x.v, 0)), Var(b.cumprod(x.v, 1)))
+    return b.program(fn, [(d, (0, 8)), (d, S)])
+
+
+def _iota_unit_axis(d):
+    return b.program(lambda x: x * Var(b.iota((4, 1), 1, d)) + Var(b.iota((4, 8), 0, d)),
+                     [(d, (4, 1))])
+
+
+def _scan_unit_axis(d):
+    return b.program(lambda x: (Var(b.cumsum(x.v, 0)), Var(b.cumprod(x.v, 0))), [(d, (1, 8))])
+
+
+def _scatter_empty_src(d):
+    def fn(x, y):
+        idx = Var(b.iota((0, 8), 0, "i32"))
+        return (Var(b.scatter_add(x.v, idx.v, y.v, 0)) * 2.0,
+                Var(b.scatter(x.v, idx.v, y.v, 0)))
+    return b.program(fn, [(d, S), (d, (0, 8))])
+
+
+def _cvt_iota(d):
+    # i32 -> float and float -> i64 iotas; the last is too long for f16 and stays a cvt
+    def fn(x):
+        io = Var(b.iota(S, 1, "i32")).cast(d)
+        back = Var(b.iota(S, 0, d)).cast("i64").cast(d)
+        return x * io + back, Var(b.iota((3000,), 0, "i32")).cast("f16").cast(d)
+    return b.program(fn, [(d, S)])
+
+
 def _neg(x: Var) -> Var:
     return -x
+
+
+def _attention(q, k, v, scales=(-0.5,)):
+    """Forward and backward of attention over q, k, v of these shapes, once per scale."""
+    def make(d):
+        def fn(q, k, v, dout):
+            outs = []
+            for s in scales:
+                out, lse = b.attention(q.v, k.v, v.v, scale=s, causal=True)
+                outs += [out, lse, *b.attention_grads(dout.v, q.v, k.v, v.v, out, lse,
+                                                      scale=s, causal=True)]
+            return tuple(Var(x) for x in outs)
+        return b.program(fn, [(d, q), (d, k), (d, v), (d, (*q[:-1], v[-1]))])
+    return make
 
 
 def _prog(fn, n=1):
@@ -135,6 +209,14 @@ def _prog(fn, n=1):
 
 
 CASES = {
+    "empty_value": _empty_value,
+    "empty_reduce": _empty_reduce,
+    "empty_gemm": _empty_gemm,
+    "empty_concat_part": _empty_concat_part,
+    "empty_attention": _attention((2, 0, 4), (2, 3, 4), (2, 3, 5)),
+    "attention_no_keys_or_queries": _attention((2, 3, 4), (2, 0, 4), (2, 0, 5),
+                                               (-0.5, 2.0, float("nan"), float("inf"))),
+    "attention_unit_features": _attention((2, 3, 0), (2, 4, 0), (2, 4, 5), (0.5, -1.0)),
     "fold_elementwise": _fold_elementwise,
     "fold_cvt": _fold_cvt,
     "fold_movement": _fold_movement,
@@ -162,6 +244,11 @@ CASES = {
                                            const(-2.5, x.dtype).maximum(x))),
     "div_pow2": _prog(lambda x, y: (x / 4.0, y / -0.5, x / 2.0 ** -60), 2),
     "mul_add_to_mad": _prog(lambda x, y, z: (x * y + z, z + y * x), 3),
+    "index_empty": _index_empty,
+    "iota_unit_axis": _iota_unit_axis,
+    "scan_unit_axis": _scan_unit_axis,
+    "scatter_empty_src": _scatter_empty_src,
+    "cvt_iota": _cvt_iota,
     "pow_one": _prog(lambda x: x ** 1.0),
     "pow_two": _prog(lambda x: x ** 2.0),
 }

@@ -164,22 +164,26 @@ def test_softmax_computes_exp_once_per_element(ex):
     assert "row" not in ex.compile(p2).source.split("void k0")[1]
 
 
-@pytest.mark.parametrize("cols, acc", [(1024, "float"), (1025, "double"), (3, "float")])
-def test_row_sum_accumulator(ex, cols: int, acc: str):
-    """A row sum of at most FLOAT_SUM_MAX f32 elements accumulates in float (16 lanes of
-    at most 64 terms: ATen's scheme, 10-15% faster on softmax); a longer one in double.
-    Either way the sum stays within a few float32 ulps of the float64 sum."""
+@pytest.mark.parametrize("cols, axis, acc", [(1024, -1, "float"), (1025, -1, "double"),
+                                            (3, -1, "float"), (1024, -2, "double"),
+                                            (3, -2, "double")])
+def test_row_sum_accumulator(ex, cols: int, axis: int, acc: str):
+    """A row sum of at most FLOAT_SUM_MAX f32 elements along the innermost axis accumulates
+    in float (16 lanes of at most 64 terms: ATen's scheme, 10-15% faster on softmax); a
+    longer one, or one over another axis (strided reads), in double. Either way the sum
+    stays within a few float32 ulps of the float64 sum."""
     from hologram.compiler.render_c import FLOAT_SUM_MAX
 
     assert FLOAT_SUM_MAX == 1024
-    p = b.program(lambda x: x.sum(-1, keepdims=True) * x, [("f32", (64, cols))])
+    shape = (64, cols) if axis == -1 else (2, cols, 64)
+    p = b.program(lambda x: x.sum(axis, keepdims=True) * x, [("f32", shape)])
     src = ex.compile(p).source.split("void k0")[1]
     assert re.search(rf"\b{acc} acc\d+ = 0;", src), src
     rng = np.random.default_rng(cols)
-    for x in (rng.uniform(0, 1, (64, cols)), rng.standard_normal((64, cols)) * 1e3 + 1e4):
+    for x in (rng.uniform(0, 1, shape), rng.standard_normal(shape) * 1e3 + 1e4):
         x = x.astype(np.float32)
         out = np.empty_like(x)
         ex.launch(p, [x], [out])
         got = out.astype(np.float64) / x
-        want = x.astype(np.float64).sum(-1, keepdims=True)
+        want = x.astype(np.float64).sum(axis, keepdims=True)
         np.testing.assert_allclose(got, np.broadcast_to(want, x.shape), rtol=4e-6)

@@ -97,9 +97,9 @@ def test_silu_tail_in_place_and_a_stored_product_needs_no_temp():
     assert stored.temps == []  # the product lives in its own output
 
 
-def test_broadcast_operand_falls_back_to_numpy_and_still_in_place():
-    # a batched product with a broadcast operand goes through np.matmul; the tail still
-    # rewrites the output in place
+def test_broadcast_operand_still_in_place():
+    # a batched product with a broadcast (stride-0 batch) operand: BLAS reads it in place
+    # batch by batch; the tail still rewrites the output in place
     def fn(x, w, bias):
         return (x @ w.expand((3, K, N)) + bias).maximum(0.0)
 

@@ -134,7 +134,9 @@ def test_device_launches_bind_in_place(wg, monkeypatch):
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
-@given(programs(dtype="f32"), st.integers(0, 2**32 - 1))
+# Without the index ops, whose WGSL tests are in test_index_ops.py (no i64 in WGSL,
+# and its scans add f32 in f32 where the reference adds in f64).
+@given(programs(dtype="f32", scans=False, index_dtypes=()), st.integers(0, 2**32 - 1))
 def test_random_programs_on_device_buffers(wg, case, seed):
     fn, specs = case
     p = b.program(fn, specs)

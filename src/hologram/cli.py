@@ -85,10 +85,13 @@ def collect_info() -> dict[str, Any]:
 
 
 def gemm_route() -> str:
-    """How the CPU backend runs GEMM (NumPy's BLAS in hologram's threads, or np.matmul)."""
+    """How the CPU backend runs GEMM (MKL or OpenBLAS in hologram's threads, or np.matmul)."""
     from .compiler import blas
 
-    return blas.describe()
+    try:
+        return blas.describe()
+    except ValueError as e:  # a bad HOLOGRAM_BLAS: info still prints, and says so
+        return f"not decided: {e}"
 
 
 def format_info(info: dict[str, Any]) -> str:

@@ -59,6 +59,7 @@ from .fx_info import (
     _Recorder,
     _signature,
 )
+from .layouts import OutputLayout, dense_order, row_major, traced_layout
 
 # The op table lives in the lowering package and node infos in fx_info; the names
 # callers import from here stay importable (re-exported).
@@ -75,6 +76,7 @@ from .lowering import (
     table_row,
 )
 from .lowering.linalg import batched_gemm as batched_gemm
+from .packed_weights import PackedOperands
 
 __all__ = [
     "ATEN_TABLE",
@@ -102,14 +104,12 @@ SMALL_GEMM_MACS = 1 << 22
 # --------------------------------------------------------------------------------------
 @dataclass
 class _Input:
-    """One program input: a node's tensor (converted as needed) or an auxiliary tensor."""
+    """One program input: a node's tensor, converted where its dtype is not the program's."""
 
-    node: torch.fx.Node | None
+    node: torch.fx.Node
     isa: DType
     shape: tuple[int, ...]
     convert: bool = False  # the tensor's dtype is not the program's (bool->f32, int->f64)
-    aux: np.ndarray | None = None  # NumPy, not torch: planning may run under fake tensors
-    index_check: tuple[int, int] | None = None  # (classes, ignore_index)
     # Axis order in which the tensor was laid out when traced, if it was a permuted
     # contiguous tensor (a transposed weight saved for backward): the program reads
     # that layout and permutes it itself, so no copy is made per call.
@@ -125,11 +125,13 @@ class _Region:
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[_Input] = []
         self._by_node: dict[torch.fx.Node, Var] = {}
-        self._aux: dict[tuple, Var] = {}
         self.view_only: set[torch.fx.Node] = set()
         # Filled by _finish:
         self.program: Program | None = None
         self.outputs: list[tuple[torch.fx.Node, int | None, TInfo]] = []
+        # Output index -> the traced layout it is handed to PyTorch in (layouts.py);
+        # outputs not here leave as dense row-major tensors.
+        self.layouts: dict[int, OutputLayout] = {}
         self.mirrors: list[torch.fx.Node] = []
         self.none_outputs: list[torch.fx.Node] = []
         # Set by _Plan._plan_updates: output index -> (the graph input an in-place
@@ -164,36 +166,13 @@ class _Region:
         self._by_node[node] = v
         return v
 
-    def aux_input(self, key: tuple, make_array: Callable[[], np.ndarray]) -> Var:
-        v = self._aux.get(key)
-        if v is None:
-            a = np.ascontiguousarray(make_array())
-            spec = _Input(None, dtypes.to_dtype(a.dtype), tuple(a.shape), aux=a)
-            v = Var(ldg(len(self.inputs), spec.isa, spec.shape))
-            self.inputs.append(spec)
-            self._aux[key] = v
-        return v
+    def snapshot(self) -> tuple[int, dict]:
+        return len(self.inputs), dict(self._by_node)
 
-    def add_index_check(self, target: Var, n_classes: int, ignore_index: int) -> None:
-        """Range-check the input ``target`` views, as PyTorch checks class indices."""
-        v = target.v
-        while v.op in (Op.RESHAPE, Op.EXPAND, Op.PERMUTE):
-            v = v.srcs[0]
-        if v.op is not Op.LDG or self.inputs[v.attr("in")].node is None:
-            raise Unsupported("class indices computed inside the program cannot be "
-                              "range-checked before it runs")
-        self.inputs[v.attr("in")].index_check = (n_classes, ignore_index)
-
-    def snapshot(self) -> tuple[int, dict, dict, list]:
-        checks = [s.index_check for s in self.inputs]
-        return len(self.inputs), dict(self._by_node), dict(self._aux), checks
-
-    def rollback(self, snap: tuple[int, dict, dict, list]) -> None:
-        n, by_node, aux, checks = snap
+    def rollback(self, snap: tuple[int, dict]) -> None:
+        n, by_node = snap
         del self.inputs[n:]
-        for spec, check in zip(self.inputs, checks, strict=True):
-            spec.index_check = check
-        self._by_node, self._aux = by_node, aux
+        self._by_node = by_node
 
 
 def _renumber(outputs: list[Var], inputs: list[_Input]) -> tuple[list[Value], list[_Input]]:
@@ -247,6 +226,10 @@ class GraphSummary:
     regions: list[RegionSummary]
     torch_ops: list[tuple[str, str]]  # (op, reason), one per node that ran in PyTorch
     executor: str
+    # The call that built this plan ran the whole graph in PyTorch: under dynamic shapes
+    # a new shape signature is run eagerly once to record its shapes, and the programs
+    # above run from the next call with those shapes.
+    ran_in_pytorch: bool = False
 
     @property
     def hologram_ops(self) -> Counter:
@@ -317,10 +300,14 @@ class _Plan:
     """Steps that run one graph for one set of concrete shapes."""
 
     def __init__(self, gm: torch.fx.GraphModule, infos: dict[torch.fx.Node, Any],
-                 ex: Executor, kind: str, blas_threads: Any = "auto") -> None:
+                 ex: Executor, kind: str, blas_threads: Any = "auto",
+                 pack_weights: bool = True) -> None:
         self.ex = ex
         self.kind = kind
         self.blas_threads = blas_threads
+        # GEMMs read packed copies of constant weights: inference graphs only (training
+        # updates its weights every step)
+        self.pack = pack_weights and kind == "inference"
         self.torch_nodes: list[tuple[torch.fx.Node, str]] = []
         self.regions: list[_Region] = []
         self.steps: list[tuple[str, Any]] = []  # ("torch", node) | ("region", _Region)
@@ -460,7 +447,7 @@ class _Plan:
 
             args = [arg(a) for a in node.args]
             kwargs = {k: arg(v) for k, v in node.kwargs.items()}
-            result = row(Ctx(node, out, region), *args, **kwargs)
+            result = row(Ctx(node, out), *args, **kwargs)
             self._check_result(node, result, out)
         except BaseException:
             region.rollback(snap)
@@ -535,6 +522,18 @@ class _Plan:
         if not outs:
             return
         vars_ = [v if v.dtype is not dtypes.boolean else v.cast(dtypes.f32) for _, v, _ in outs]
+        # Values leave with the strides the trace recorded: a permuted dense layout is
+        # stored permuted (PyTorch gets a view); another one is copied into, where
+        # PyTorch reads the value (a node it runs, a view it makes, a graph output).
+        in_torch = set(r.mirrors)
+        for i, (n, _, _) in enumerate(outs):
+            read_by_torch = any(u in in_torch or region_of.get(u) is None
+                                or u in region_of[u].view_only for u in n.users)
+            layout = traced_layout(n, copy_ok=read_by_torch)
+            if layout is not None:
+                r.layouts[i] = layout
+                if layout.order is not None:
+                    vars_[i] = vars_[i].permute(layout.order)
         stores, r.inputs = _renumber(vars_, r.inputs)
         r.program = Program(stores, [(s.isa, s.shape) for s in r.inputs],
                             name=f"{self.kind}_region{r.number}")
@@ -560,7 +559,8 @@ class _Plan:
                 continue
             k = next((i for n, i, _ in r.outputs if n is src), None)
             di, si = infos.get(dst), infos.get(src)
-            if k is None or not (isinstance(di, TInfo) and isinstance(si, TInfo)):
+            if k is None or k in r.layouts or not (isinstance(di, TInfo)
+                                                   and isinstance(si, TInfo)):
                 continue
             if (di.dtype is not si.dtype or di.shape != si.shape
                     or _carrier(di.dtype) is not di.dtype):
@@ -579,7 +579,7 @@ class _Plan:
             return _torch_runner(obj, gm)
         if kind == "none":
             return lambda env: env.__setitem__(obj, None)
-        return _region_runner(obj, self.ex, self.blas_threads)
+        return _region_runner(obj, self.ex, self.blas_threads, self.pack)
 
     def _free_lists(self) -> list[list[torch.fx.Node]]:
         """After which step each value is dead, so memory is released as eager would."""
@@ -629,7 +629,7 @@ def _view_of(n: torch.fx.Node, available: set[torch.fx.Node],
 #: such a view never stores more (a slice's source can be much larger than the slice).
 _WHOLE_VIEWS = FREE_IN_EAGER - {torch.ops.aten.slice, torch.ops.aten.narrow,
                                 torch.ops.aten.split, torch.ops.aten.split_with_sizes,
-                                torch.ops.aten.chunk}
+                                torch.ops.aten.chunk, torch.ops.aten.select}
 
 
 def _view_base(n: torch.fx.Node, region_of: dict[torch.fx.Node, _Region],
@@ -745,19 +745,9 @@ def _physical_order(node: torch.fx.Node) -> tuple[int, ...] | None:
     shape, strides = tuple(val.shape), tuple(val.stride())
     if any(not isinstance(x, int) for x in (*shape, *strides)):
         return None  # symbolic sizes: no fixed layout to plan for
-
-    def dense(order: tuple[int, ...]) -> bool:  # contiguous in this axis order
-        expect = 1
-        for d in reversed(order):
-            if shape[d] != 1 and strides[d] != expect:
-                return False
-            expect *= shape[d]
-        return True
-
-    if dense(tuple(range(len(shape)))):
+    if row_major(shape, strides):
         return None
-    order = tuple(sorted(range(len(shape)), key=lambda d: -strides[d]))
-    return order if dense(order) else None
+    return dense_order(shape, strides)
 
 
 def _host_array(t: torch.Tensor, spec: _Input) -> np.ndarray:
@@ -778,12 +768,6 @@ def _host_array(t: torch.Tensor, spec: _Input) -> np.ndarray:
     if a.shape != spec.shape:
         raise RuntimeError(f"hologram_torch: planned for shape {list(spec.shape)}, "
                            f"got {list(a.shape)}")
-    if spec.index_check is not None and a.size:
-        n, ignore = spec.index_check
-        if a.min() < 0 or a.max() >= n:  # rare: look closer, ignore_index is allowed
-            if (((a < 0) | (a >= n)) & (a != ignore)).any():
-                raise IndexError(f"hologram_torch: class index out of range [0, {n}) "
-                                 "in target")
     if spec.convert:
         a = a.astype(spec.isa.np_dtype)
     elif a.dtype != spec.isa.np_dtype:
@@ -845,7 +829,7 @@ def _blas_threads_for(program: Program, setting: Any) -> int | None:
         return setting
     from hologram.compiler import blas
 
-    if blas.numpy_blas()[0] is not None:
+    if blas.provider()[0] is not None:
         return None
     macs = [_matrix_macs(v) for v in program.instructions if v.op is Op.GEMM]
     if not macs:
@@ -867,9 +851,8 @@ def _carrier(td: torch.dtype) -> torch.dtype:
 
 def _in_place_layout(spec: _Input) -> tuple[torch.dtype, tuple[int, ...], tuple[int, ...]] | None:
     """(dtype, shape, strides) a tensor must have for a program to read its memory as
-    it is; None for inputs that always go through :func:`_host_array` (converted,
-    range-checked, or auxiliary arrays the plan made)."""
-    if spec.node is None or spec.convert or spec.index_check is not None:
+    it is; None for inputs that always go through :func:`_host_array` (converted)."""
+    if spec.convert:
         return None
     strides = contiguous_strides(spec.shape)
     if spec.order is None:
@@ -881,8 +864,23 @@ def _in_place_layout(spec: _Input) -> tuple[torch.dtype, tuple[int, ...], tuple[
     return TORCH_FLOAT[spec.isa], tuple(shape), tuple(st)
 
 
-def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
-                   ) -> Callable[[dict[torch.fx.Node, Any]], None]:
+def _packer(ex: Executor, compiled: Any, in_specs: list[Any], r: _Region
+            ) -> PackedOperands | None:
+    """Packed copies for the program's GEMMs whose B is a graph input read in place, not
+    one the graph updates (its version moves every call), or None where there are none."""
+    updated = {dst for dst, _ in r.updates.values()}
+    nodes = [s.node if s.node not in updated else None for s in in_specs]
+    layouts = [_in_place_layout(s) for s in in_specs]
+    sites = ex.backend.pack_sites(compiled)
+    if not any(nodes[s.input] is not None and layouts[s.input] is not None for s in sites):
+        return None
+    return PackedOperands(ex.backend, compiled, sites, nodes, layouts)
+
+
+def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
+                   pack: bool = False) -> Callable[[dict[torch.fx.Node, Any]], None]:
+    """``pack``: GEMMs may read packed copies of constant weights (inference graphs,
+    ``hologram_torch.packed_weights``)."""
     assert r.program is not None
     program = r.program
     cap = _blas_threads_for(program, blas_threads)
@@ -891,7 +889,12 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
     in_specs = list(r.inputs)
     # Bool results leave a program as f32 and integer ones as f64 (the executor's
     # dtypes); PyTorch converts them back, exactly.
-    outs = [(n, info.shape, info.dtype, _carrier(info.dtype)) for n, _, info in r.outputs]
+    outs = [(n, r.layouts[k].stored_shape if k in r.layouts else info.shape, info.dtype,
+             _carrier(info.dtype)) for k, (n, _, info) in enumerate(r.outputs)]
+    # Outputs handed out in their traced layout: (index, node, layout, dtype).
+    strided = [(k, outs[k][0], lay, outs[k][2]) for k, lay in sorted(r.layouts.items())]
+    plain = [(k, n, td, carrier) for k, (n, _, td, carrier) in enumerate(outs)
+             if k not in r.layouts]
     nones = list(r.none_outputs)
     direct = ex.backend.pointer_launcher(compiled)
     # Outputs written straight into the graph input they update (pointer launches only:
@@ -904,16 +907,13 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
         # the program's pointer table. A tensor is read in place when it has the
         # planned dtype, shape and strides (dynamo's guards make that the rule);
         # anything else is viewed or copied by _host_array, as on the general path.
-        reads = [(s.node, s, _in_place_layout(s),
-                  data_pointer(s.aux) if s.aux is not None else 0) for s in in_specs]
+        reads = [(s.node, s, _in_place_layout(s)) for s in in_specs]
+        packer = _packer(ex, compiled, in_specs, r) if pack else None
 
         def launch(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
             pointers: list[int] = []
             copies: list[np.ndarray] = []  # alive until the program has run
-            for node, spec, layout, aux_ptr in reads:
-                if node is None:
-                    pointers.append(aux_ptr)
-                    continue
+            for node, spec, layout in reads:
                 t = env[node]
                 if (layout is not None and t.dtype is layout[0] and t.is_cpu
                         and t.shape == layout[1] and t.stride() == layout[2]):
@@ -922,19 +922,28 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
                     a = _host_array(t, spec)
                     copies.append(a)
                     pointers.append(data_pointer(a))
+            if packer is None:
+                pointers.extend(t.data_ptr() for t in results)
+                direct(pointers)
+                return
+            packed, keep = packer.addresses(env, pointers)  # keep: alive through the call
             pointers.extend(t.data_ptr() for t in results)
-            direct(pointers)
+            direct(pointers, packed)
     else:
-        aux = [s.aux for s in in_specs]
+        packer = _packer(ex, compiled, in_specs, r) if pack else None
 
         def launch(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
-            arrays = [a if a is not None else _host_array(env[s.node], s)
-                      for s, a in zip(in_specs, aux, strict=True)]
+            arrays = [_host_array(env[s.node], s) for s in in_specs]
             # Straight to the backend: Executor.launch would re-check that outputs do
             # not alias inputs, which cannot happen (we just allocated them), and that
             # check cost as much as a small kernel. No program here uses Φ addressing,
             # so no boundary arena is passed.
-            ex.backend.launch(compiled, arrays, [t.numpy() for t in results])
+            if packer is None:
+                ex.backend.launch(compiled, arrays, [t.numpy() for t in results])
+                return
+            # a site's copy is used only where its array is the tensor's own memory
+            packed, keep = packer.addresses(env, [data_pointer(a) for a in arrays])
+            ex.backend.launch(compiled, arrays, [t.numpy() for t in results], packed=packed)
 
     def result(env: dict[torch.fx.Node, Any], k: int, shape: tuple[int, ...],
                carrier: torch.dtype) -> torch.Tensor:
@@ -958,8 +967,11 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto"
         else:
             with guard:
                 launch(env, results)
-        for (node, _, td, carrier), t in zip(outs, results, strict=True):
+        for k, node, td, carrier in plain:
+            t = results[k]
             env[node] = t if td is carrier else t.to(td)
+        for k, node, layout, td in strided:
+            env[node] = layout.hand_out(results[k], td)
 
     return run
 
@@ -971,7 +983,7 @@ class HologramGraph:
     """The callable AOT autograd gets back for one graph (boxed calling convention)."""
 
     def __init__(self, gm: torch.fx.GraphModule, kind: str, executor: Executor,
-                 blas_threads: Any = "auto") -> None:
+                 blas_threads: Any = "auto", pack_weights: bool = True) -> None:
         # An instance attribute, so dynamo's disable() wrapper (functools.wraps copies
         # __dict__) still tells AOT autograd that we take boxed arguments.
         self._boxed_call = True
@@ -979,13 +991,17 @@ class HologramGraph:
         self.kind = kind
         self.executor = executor
         self.blas_threads = blas_threads
+        self.pack_weights = pack_weights
         self._plans: dict[tuple, _Plan] = {}
         self._lock = threading.Lock()
         infos = _infos_from_meta(gm)
         self._static = self._new_plan(infos) if infos is not None else None
 
-    def _new_plan(self, infos: dict[torch.fx.Node, Any]) -> _Plan:
-        plan = _Plan(self.gm, infos, self.executor, self.kind, self.blas_threads)
+    def _new_plan(self, infos: dict[torch.fx.Node, Any], ran_in_pytorch: bool = False
+                  ) -> _Plan:
+        plan = _Plan(self.gm, infos, self.executor, self.kind, self.blas_threads,
+                     self.pack_weights)
+        plan.summary.ran_in_pytorch = ran_in_pytorch
         with _COLLECT_LOCK:
             for sink in _COLLECTORS:
                 sink.append(plan.summary)
@@ -1015,14 +1031,14 @@ class HologramGraph:
         args.clear()
         with self._lock:
             if key not in self._plans:
-                self._plans[key] = self._new_plan(rec.infos)
+                self._plans[key] = self._new_plan(rec.infos, ran_in_pytorch=True)
         return out
 
 
-def _graph_compiler(kind: str, executor: Executor, blas_threads: Any
-                    ) -> Callable[..., HologramGraph]:
+def _graph_compiler(kind: str, executor: Executor, blas_threads: Any,
+                    pack_weights: bool = True) -> Callable[..., HologramGraph]:
     def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> HologramGraph:
-        return HologramGraph(gm, kind, executor, blas_threads)
+        return HologramGraph(gm, kind, executor, blas_threads, pack_weights)
 
     return compile_graph
 
@@ -1039,7 +1055,11 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     ``autograd``: ``"direct"`` (default) runs a training graph that mutates nothing
     and has static shapes under one small autograd.Function
     (:mod:`hologram_torch.direct_autograd`), other graphs through AOT autograd's
-    runtime; ``"aot"`` sends every graph through AOT autograd.
+    runtime; ``"aot"`` sends every graph through AOT autograd. ``pack_weights``
+    (default True): inference graphs' GEMMs read packed copies of weights that stay
+    unchanged between calls, where the BLAS can pack (MKL); see
+    :mod:`hologram_torch.packed_weights` for when a copy is remade, and its limit
+    (writes that bypass PyTorch's version counter, such as through ``.data``).
     """
     from torch._dynamo.backends.common import aot_autograd
 
@@ -1047,11 +1067,14 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     ex = opts.pop("executor", "cpu")
     blas = opts.pop("blas_threads", "auto")
     mode = opts.pop("autograd", "direct")
+    pack = opts.pop("pack_weights", True)
     if opts:
         raise TypeError(f"hologram backend: unknown options {sorted(opts)}")
     if not (blas is None or blas == "auto" or (isinstance(blas, int) and blas > 0)):
         raise ValueError(f"hologram backend: blas_threads must be 'auto', None or a positive "
                          f"int, got {blas!r}")
+    if not isinstance(pack, bool):
+        raise ValueError(f"hologram backend: pack_weights must be True or False, got {pack!r}")
     if mode not in ("direct", "aot"):
         raise ValueError(f"hologram backend: autograd must be 'direct' or 'aot', got {mode!r}")
     executor = ex if isinstance(ex, Executor) else default_executor(str(ex))
@@ -1068,7 +1091,7 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         keep_inference_input_mutations=True,
         fw_compiler=fw,
         bw_compiler=bw,
-        inference_compiler=_graph_compiler("inference", executor, blas),
+        inference_compiler=_graph_compiler("inference", executor, blas, pack),
         decompositions=decomps,
     )
     return backend(gm, example_inputs)

@@ -18,7 +18,11 @@ uses ``aot_autograd``:
 - non-tensor inputs or outputs;
 - outputs that are not floating point;
 - a graph the export rejects (it mutates an input, or an output aliases an input);
-- an output without dynamo's ``example_value`` (its requires_grad is unknown).
+- an output without dynamo's ``example_value`` (its requires_grad is unknown);
+- a graph with effect tokens (``with_effects``: an op with a side effect, such as
+  ``aten._linalg_check_errors`` after ``linalg.inv``/``cholesky``/``solve``): the
+  export threads a token through as an extra input and output, which AOT's runtime
+  creates and drops on each call.
 
 Measured with ``benchmarks/bench_torch_train.py`` (MLP step, interleaved; figures in
 docs/perf.md, session 4).
@@ -134,6 +138,26 @@ def _views_to_backward(fw_gm: torch.fx.GraphModule, bw_gm: torch.fx.GraphModule,
     return len(moves)
 
 
+_WITH_EFFECTS = torch.ops.higher_order.with_effects
+
+
+def _unsupported_joint(joint: torch.fx.GraphModule, n_inputs: int, n_out: int) -> str | None:
+    """Why the exported joint graph is not the plain ``(inputs, tangents) -> (outputs,
+    input grads)`` this path runs, or None if it is.
+
+    Effect tokens are the known case: each effectful op adds a token placeholder before
+    the inputs and a token output before the outputs, so the counts no longer match the
+    call's arguments (the forward program was handed one argument too few)."""
+    if any(n.target is _WITH_EFFECTS for n in joint.graph.nodes if n.op == "call_function"):
+        return "it carries effect tokens (with_effects)"
+    n_ph = len(joint.graph.find_nodes(op="placeholder"))
+    n_outputs = len(_outputs(joint))
+    if n_ph > n_inputs + n_out or n_outputs != n_out + n_inputs:
+        return (f"the joint graph takes {n_ph} inputs and returns {n_outputs} values for "
+                f"{n_inputs} inputs and {n_out} outputs")
+    return None
+
+
 def eligible(example_inputs: Sequence[Any]) -> bool:
     """Grad mode on, static shapes, tensor inputs, and something to differentiate."""
     if not torch.is_grad_enabled():
@@ -165,6 +189,10 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         fw_gm, bw_gm = default_partition(joint, None, num_fwd_outputs=n_out)
     except Exception as e:  # noqa: BLE001  (the export's refusals are not one type)
         log.debug("hologram_torch: AOT autograd's wrappers run this graph: %s", e)
+        return None
+    reason = _unsupported_joint(joint, len(example_inputs), n_out)
+    if reason is not None:
+        log.debug("hologram_torch: AOT autograd's wrappers run this graph: %s", reason)
         return None
     try:
         moved = _views_to_backward(fw_gm, bw_gm, n_out)

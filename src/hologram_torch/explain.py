@@ -26,18 +26,37 @@ __all__ = ["ExplainReport", "explain"]
 _fresh_names = itertools.count()
 
 
+#: Why every op of a graph ran in PyTorch on the explained call (GraphSummary.ran_in_pytorch).
+EAGER_FIRST_CALL = ("dynamic shapes: the graph's first call with these shapes ran wholly in "
+                    "PyTorch to record them; its programs run from the next call")
+
+
 @dataclass
 class ExplainReport:
-    """The backend's record of one explained call; ``str()`` gives a readable report."""
+    """The backend's record of one explained call; ``str()`` gives a readable report.
+
+    Counts are of what ran on that call: a graph that ran wholly in PyTorch (the first
+    call with new shapes under dynamic shapes) adds its ATen ops to ``torch_ops`` and
+    its planned programs to nothing but ``planned_programs``."""
 
     graphs: list[GraphSummary] = field(default_factory=list)
     eager_ops: int = 0  # ATen ops that launch work in eager PyTorch (views excluded)
 
     @property
+    def ran(self) -> list[GraphSummary]:
+        """The graphs whose programs ran on the explained call."""
+        return [g for g in self.graphs if not g.ran_in_pytorch]
+
+    @property
+    def eager_graphs(self) -> list[GraphSummary]:
+        """The graphs that ran wholly in PyTorch on the explained call."""
+        return [g for g in self.graphs if g.ran_in_pytorch]
+
+    @property
     def hologram_ops(self) -> Counter:
         """ATen op -> how many nodes ran inside hologram programs."""
         total: Counter = Counter()
-        for g in self.graphs:
+        for g in self.ran:
             total.update(g.hologram_ops)
         return total
 
@@ -46,23 +65,33 @@ class ExplainReport:
         """ATen op -> why it ran in PyTorch (the first reason seen)."""
         out: dict[str, str] = {}
         for g in self.graphs:
+            if g.ran_in_pytorch:
+                for op in (*g.hologram_ops, *(op for op, _ in g.torch_ops)):
+                    out.setdefault(op, EAGER_FIRST_CALL)
+                continue
             for op, why in g.torch_ops:
                 out.setdefault(op, why)
         return out
 
     @property
     def programs(self) -> int:
-        return sum(len(g.regions) for g in self.graphs)
+        """Programs that ran on the explained call."""
+        return sum(len(g.regions) for g in self.ran)
+
+    @property
+    def planned_programs(self) -> int:
+        """Programs planned for later calls by graphs that ran in PyTorch this time."""
+        return sum(len(g.regions) for g in self.eager_graphs)
 
     @property
     def kernels(self) -> int:
         """Kernel launches the compiled programs make per call (after fusion)."""
-        return sum(r.launches_after for g in self.graphs for r in g.regions)
+        return sum(r.launches_after for g in self.ran for r in g.regions)
 
     @property
     def launches_before(self) -> int:
         """Launches the same programs would make with one kernel per ISA instruction."""
-        return sum(r.launches_before for g in self.graphs for r in g.regions)
+        return sum(r.launches_before for g in self.ran for r in g.regions)
 
     @property
     def launches_after(self) -> int:
@@ -70,41 +99,54 @@ class ExplainReport:
 
     @property
     def instructions_before(self) -> int:
-        return sum(r.instructions_before for g in self.graphs for r in g.regions)
+        return sum(r.instructions_before for g in self.ran for r in g.regions)
 
     @property
     def instructions_after(self) -> int:
-        return sum(r.instructions_after for g in self.graphs for r in g.regions)
+        return sum(r.instructions_after for g in self.ran for r in g.regions)
 
     @property
     def torch_nodes(self) -> int:
-        return sum(len(g.torch_ops) for g in self.graphs)
+        """ATen nodes that ran in PyTorch (every one of a graph that ran eagerly)."""
+        return sum(g.aten_nodes if g.ran_in_pytorch else len(g.torch_ops)
+                   for g in self.graphs)
 
     @property
     def fused(self) -> bool:
         """False when the executor interprets programs (no fusion to report)."""
-        return all(r.fused for g in self.graphs for r in g.regions)
+        return all(r.fused for g in self.ran for r in g.regions)
 
     def summary_line(self) -> str:
         """One line on the operation reduction, for demos and logs."""
         if not self.launches_before:
+            if self.planned_programs:
+                return (f"no hologram programs ran: {len(self.eager_graphs)} graph(s) ran in "
+                        f"PyTorch ({EAGER_FIRST_CALL})")
             return "no hologram programs were made"
         pct = 100.0 * (1.0 - self.launches_after / self.launches_before)
+        eager = (f"; {len(self.eager_graphs)} graph(s) ran wholly in PyTorch (dynamic shapes, "
+                 "first call)" if self.eager_graphs else "")
         return (f"{self.eager_ops} eager ATen kernel ops -> {self.programs} hologram program(s) "
                 f"+ {self.torch_nodes} PyTorch op(s); ISA launches {self.launches_before} -> "
                 f"{self.launches_after} ({pct:.0f}% fewer), instructions "
-                f"{self.instructions_before} -> {self.instructions_after}")
+                f"{self.instructions_before} -> {self.instructions_after}{eager}")
 
     def __str__(self) -> str:
         lines = [f"hologram explain: {len(self.graphs)} graph(s), "
                  f"executor {self.graphs[0].executor if self.graphs else '-'}"]
         for g in self.graphs:
-            lines.append(f"== {g.kind} graph: {g.aten_nodes} ATen nodes, "
-                         f"{len(g.regions)} program(s), {len(g.torch_ops)} in PyTorch ==")
+            if g.ran_in_pytorch:
+                lines.append(f"== {g.kind} graph: {g.aten_nodes} ATen nodes, all ran in "
+                             f"PyTorch on this call ({EAGER_FIRST_CALL}); planned: "
+                             f"{len(g.regions)} program(s), {len(g.torch_ops)} in PyTorch ==")
+            else:
+                lines.append(f"== {g.kind} graph: {g.aten_nodes} ATen nodes, "
+                             f"{len(g.regions)} program(s), {len(g.torch_ops)} in PyTorch ==")
             for r in g.regions:
                 ops = ", ".join(f"{op} x{n}" for op, n in sorted(r.aten_ops.items()))
-                lines.append(f"  program {r.number}: {sum(r.aten_ops.values())} ATen ops "
-                             f"[{ops}]")
+                planned = " (planned, not run on this call)" if g.ran_in_pytorch else ""
+                lines.append(f"  program {r.number}{planned}: {sum(r.aten_ops.values())} "
+                             f"ATen ops [{ops}]")
                 note = "" if r.fused else " (interpreted: this executor does not fuse)"
                 lines.append(f"    instructions {r.instructions_before} -> "
                              f"{r.instructions_after}, launches {r.launches_before} -> "

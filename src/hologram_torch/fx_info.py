@@ -57,13 +57,26 @@ def _is_concrete(info: Any) -> bool:
     return not isinstance(info, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
+def returns_nothing(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is an ATen op whose schema returns nothing (a check such as
+    ``aten._assert_tensor_metadata``): no value, so no recorded shape either."""
+    t = node.target
+    return (node.op == "call_function" and isinstance(t, torch._ops.OpOverload)
+            and not t._schema.returns)
+
+
 def _infos_from_meta(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, Any] | None:
-    """Per-node infos from dynamo's fake tensors, or None when any shape is symbolic."""
+    """Per-node infos from dynamo's fake tensors, or None when any shape is symbolic
+    (or a value's shape was not recorded). A node that produces no value has the info
+    None: it has no shape to be symbolic, so it never makes the graph dynamic."""
     infos: dict[torch.fx.Node, Any] = {}
     for n in gm.graph.nodes:
         if n.op == "output":
             continue
         if "val" not in n.meta:
+            if returns_nothing(n):
+                infos[n] = None
+                continue
             return None
         info = _info_of(n.meta["val"])
         if not _is_concrete(info):

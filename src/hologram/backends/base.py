@@ -45,7 +45,7 @@ class Backend(ABC):
         """A zero-argument callable repeating this launch; backends may precompute more."""
         return lambda: self.launch(compiled, inputs, outputs, arena)
 
-    def pointer_launcher(self, compiled: Any) -> Callable[[Sequence[int]], None] | None:
+    def pointer_launcher(self, compiled: Any) -> Callable[..., None] | None:
         """A launch that takes raw host addresses (inputs, then outputs) instead of
         arrays, or None where this backend or program needs arrays.
 
@@ -53,7 +53,20 @@ class Backend(ABC):
         use it to skip building a NumPy view of every tensor on every call, which
         cost more than the small kernels a training step runs. The caller has
         checked every address's dtype, shape and layout against the program.
+        Where ``pack_sites`` lists GEMMs, the launch takes a second, optional sequence:
+        one address per site of a packed copy made by ``pack`` (0: none).
         """
+        return None
+
+    def pack_sites(self, compiled: Any) -> list[Any]:
+        """GEMM steps of ``compiled`` that can take a packed copy of an input as their B
+        operand (each has ``.input``, the program input it reads); none by default."""
+        return []
+
+    def pack(self, compiled: Any, site: int, address: int) -> Any:
+        """A packed copy (an object owning its memory) of the input at ``address`` for
+        pack site ``site``, or None. It is valid while that memory is unchanged: the
+        caller must make a new one after any write to it."""
         return None
 
     def may_overwrite(self, compiled: Any, in_index: int, out_index: int) -> bool:

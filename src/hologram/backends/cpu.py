@@ -15,11 +15,26 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler import aliasing, blas
-from ..compiler.gemm_layout import GemmDesc, gemm_desc
-from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launches
+from ..compiler import aliasing, attention, blas
+from ..compiler.gemm_layout import GemmDesc, gemm_desc, unreadable_operand
+from ..compiler.lower import (
+    PACKED_KIND,
+    Lowered,
+    compute_instructions,
+    lower,
+    unfused_launches,
+)
 from ..compiler.render_c import gemm_step_name, render_kernels
-from ..compiler.schedule import BufRef, GemmPlan, KernelPlan, view_chain
+from ..compiler.schedule import (
+    AttentionPlan,
+    BufRef,
+    GemmPlan,
+    KernelPlan,
+    NeedsMaterialize,
+    step_operands,
+    view_chain,
+)
+from ..isa.index_errors import index_sites, out_of_range
 from ..isa.opcodes import Op
 from ..isa.program import Program
 from ..isa.value import Value
@@ -53,6 +68,17 @@ class ProgramStats:
                 f"({100 * self.launch_reduction:.0f}% fewer)")
 
 
+@dataclass(frozen=True)
+class PackSite:
+    """A GEMM step whose B operand is program input ``input`` (read as ``desc`` says) and
+    which takes a packed copy of it in table slot ``slot`` (``CPUBackend.pack``)."""
+
+    step: int
+    input: int
+    desc: GemmDesc
+    slot: int
+
+
 @dataclass
 class CompiledProgram:
     program: Program
@@ -62,6 +88,24 @@ class CompiledProgram:
     steps: list[Callable[[Any, list[np.ndarray]], None]]
     temps: list[tuple[np.dtype, tuple[int, ...]]]
     raw_kernels: list[Any] = field(default_factory=list)
+    # Programs that index at run time: the instructions a kernel may report a bad index
+    # of (by position), and the pointer-table slot of each launch's error record.
+    index_sites: list[Value] = field(default_factory=list)
+    err_slot: int | None = None
+    # GEMM steps that take a packed copy of an input as B (MKL), in slot order.
+    packs: list[PackSite] = field(default_factory=list)
+
+    def error_record(self) -> np.ndarray | None:
+        """A fresh, zeroed error record for one launch (None: nothing to check)."""
+        return None if self.err_slot is None else np.zeros(2, np.int64)
+
+    def check_index_errors(self, err: np.ndarray | None) -> None:
+        """Raise the IndexError a kernel recorded in ``err`` during the launch (its
+        outputs then hold clamped reads, not results)."""
+        if err is not None and err[0]:
+            site, bad = int(err[0]) - 1, int(err[1])
+            err[:] = 0
+            raise out_of_range(self.index_sites[site], bad)
 
     @property
     def source(self) -> str:
@@ -91,6 +135,38 @@ def _apply_chain(a: np.ndarray, chain: list[Value]) -> np.ndarray:
     for m in chain:
         a = VIEWS[m.op](a, m)
     return a
+
+
+def check_no_empty_steps(low: Lowered) -> None:
+    """Refuse a schedule with a step that reads or writes a buffer of no elements.
+
+    Such a step would index memory that is not there (torch hands out a null pointer
+    for an empty tensor; NumPy a pointer to nothing). The canonical rules fold empty
+    values into constants (``rules.EMPTY_RULES``) and the scheduler gives empty results
+    no step, so this never fires; it is checked once per compiled program, where the
+    sizes are fixed, so a launch pays nothing for it."""
+    sched = low.schedule
+    for i, step in enumerate(sched.steps):
+        for v in step_operands(step, sched):
+            if v.size == 0:
+                kind = "GEMM" if isinstance(step, GemmPlan) else f"kernel {step.name}"
+                raise AssertionError(
+                    f"hologram internal error: step {i} ({kind}) of program "
+                    f"{sched.program.hash[:12]} would launch on the empty value "
+                    f"{v.op}.{v.dtype}{list(v.shape)}; empty values must be folded "
+                    "(compiler/rules.py EMPTY_RULES) and get no step (schedule.plan)")
+
+
+def _put_packed(table: Any, slots: list[int], packed: Sequence[int]) -> None:
+    """Packed copies of B into their slots (``packed[i]`` for ``compiled.packs[i]``; 0 or
+    none given: the GEMM reads B as it is)."""
+    if not packed:
+        return
+    if len(packed) != len(slots):
+        raise ValueError(f"expected {len(slots)} packed-operand addresses (one per "
+                         f"packable GEMM step), got {len(packed)}")
+    for slot, address in zip(slots, packed, strict=True):
+        table[slot] = address or None
 
 
 class CPUBackend(Backend):
@@ -123,29 +199,45 @@ class CPUBackend(Backend):
         # The BLAS driver is built (once per process) only when a program has a GEMM.
         has_gemm = any(v.op is Op.GEMM for v in canon.instructions)
         gemm_rt = blas.runtime(self.cc) if has_gemm else None
-        int64 = gemm_rt is not None and blas.numpy_blas()[0].ilp64  # type: ignore[union-attr]
+        int64 = gemm_rt is not None and blas.provider()[0].ilp64  # type: ignore[union-attr]
         gemms: dict[int, GemmDesc] = {}
         fused: set[int] = set()  # kernel steps that run inside the GEMM before them
 
-        def render(sched: Any, slots: Any) -> str:
+        def describe_gemms(sched: Any) -> list[int]:
+            """Every GEMM step BLAS can run (into ``gemms``); returns those whose B is a
+            program input a packed copy could stand in for."""
             gemms.clear()
             if gemm_rt is not None:
                 for i, st in enumerate(sched.steps):
-                    d = (gemm_desc(st.value, sched.buffers, st.out, int64)
-                         if isinstance(st, GemmPlan) else None)
+                    if not isinstance(st, GemmPlan):
+                        continue
+                    d = gemm_desc(st.value, sched.buffers, st.out, int64)
                     if d is not None:
                         gemms[i] = d
+                        continue
+                    copy = unreadable_operand(st.value, sched.buffers)
+                    if copy is not None:  # planned again with that view in a buffer
+                        raise NeedsMaterialize(copy)
+            return [i for i, d in gemms.items() if d.b.ref.kind == "in" and blas.may_pack(d)]
+
+        def render(sched: Any, slots: Any) -> str:
             return render_kernels(sched, slots, C_PRELUDE, gemms, fused)
 
-        low = lower(canon, render)
-        names = {i: (s.name if isinstance(s, KernelPlan) else gemm_step_name(i))
+        low = lower(canon, render, error_slot=True, packed=describe_gemms)
+        check_no_empty_steps(low)
+        named = (KernelPlan, AttentionPlan)  # C functions of their own (GEMMs: g<i>)
+        names = {i: (s.name if isinstance(s, named) else gemm_step_name(i))
                  for i, s in enumerate(low.schedule.steps)
-                 if (isinstance(s, KernelPlan) or i in gemms) and i not in fused}
+                 if (isinstance(s, named) or i in gemms) and i not in fused}
         lib = self.cc.compile(low.source, {"program": canon.hash}) if names else None
         if gemms:
             bind = lib.hg_bind_gemm
             bind.argtypes, bind.restype = [ctypes.c_void_p], None
             bind(gemm_rt)
+        if any(isinstance(s, AttentionPlan) for s in low.schedule.steps):
+            bind = lib.hg_bind_attn
+            bind.argtypes, bind.restype = [ctypes.c_void_p], None
+            bind(attention.runtime(self.cc))
         stats = ProgramStats(before, compute_instructions(canon), unfused_launches(program),
                              low.launches - len(fused), rules)
         raw = {n: self._raw(lib, n) for n in names.values()}
@@ -157,7 +249,12 @@ class CPUBackend(Backend):
             steps = [lambda table, arrays, fn=raw_list[0]: fn(table)]
         else:
             raw_list = list(raw.values())
-        return CompiledProgram(program, canon, low, stats, steps, temps, raw_list)
+        sites = index_sites(canon.instructions) if low.err_slot is not None else []
+        packs = [PackSite(ref.index, gemms[ref.index].b.ref.index, gemms[ref.index], slot)
+                 for ref, slot in sorted(low.slots.items(), key=lambda kv: kv[1])
+                 if ref.kind == PACKED_KIND]
+        return CompiledProgram(program, canon, low, stats, steps, temps, raw_list, sites,
+                               low.err_slot, packs)
 
     @staticmethod
     def _raw(lib: Any, name: str) -> Any:
@@ -189,32 +286,86 @@ class CPUBackend(Backend):
                 or len(compiled.raw_kernels) != 1):
             return super().bind(compiled, inputs, outputs, arena)
         arrays = [*inputs, *outputs, arena if arena is not None else _NO_ARENA]
-        table = (ctypes.c_void_p * len(arrays))(*map(data_pointer, arrays))
+        err = compiled.error_record()
+        if err is not None:
+            arrays.append(err)
+        # packed-B slots, if any, stay NULL: only pointer launches pass packed copies
+        table = (ctypes.c_void_p * compiled.lowered.n_slots)(*map(data_pointer, arrays))
         # The bare C function with its pointer table bound: the cheapest call ctypes has
         # (no argtypes conversion; a ctypes array passes as a pointer).
         call = functools.partial(compiled.raw_kernels[0], table)
+        if err is not None:  # bound calls may run concurrently: each checks its own record
+            fn = call
+
+            def call() -> None:
+                fn()
+                compiled.check_index_errors(err)
+
         call.arrays = arrays  # type: ignore[attr-defined]  # keep the memory alive
         return call
 
-    def pointer_launcher(self, compiled: Any) -> Callable[[Sequence[int]], None] | None:
+    def pointer_launcher(self, compiled: Any
+                         ) -> Callable[[Sequence[int], Sequence[int]], None] | None:
         if (self._fallback is not None or len(compiled.steps) != 1
                 or len(compiled.raw_kernels) != 1 or compiled.program.uses_arena):
             return None  # np.matmul steps and Φ-addressed programs take arrays
         fn, temps = compiled.raw_kernels[0], compiled.temps
         n = len(compiled.program.inputs) + len(compiled.program.output_specs)
-        table_type = ctypes.c_void_p * (n + len(temps) + 1)  # the last slot: no arena
+        # Slots after the temps: the arena (NULL: none), then packed copies of B, if any.
+        table_type = ctypes.c_void_p * compiled.lowered.n_slots
+        pack_slots = [p.slot for p in compiled.packs]
+        if compiled.err_slot is not None:
+            return self._checked_pointer_launcher(compiled, n)
 
-        def run(pointers: Sequence[int]) -> None:
+        def run(pointers: Sequence[int], packed: Sequence[int] = ()) -> None:
             if len(pointers) != n:
                 raise ValueError(f"expected {n} addresses (inputs, then outputs), "
                                  f"got {len(pointers)}")
-            if not temps:
+            if not temps and not packed:
                 fn(table_type(*pointers))
                 return
             scratch = [output_cache.empty(s, d) for d, s in temps]  # alive through the call
-            fn(table_type(*pointers, *map(data_pointer, scratch)))
+            table = table_type(*pointers, *map(data_pointer, scratch))
+            _put_packed(table, pack_slots, packed)
+            fn(table)
 
         return run
+
+    @staticmethod
+    def _checked_pointer_launcher(compiled: Any, n: int
+                                  ) -> Callable[[Sequence[int], Sequence[int]], None]:
+        """A raw-address launch of a program that indexes at run time: each call gets its
+        own error record (the slot after the arena's), checked when the kernel returns."""
+        fn, temps = compiled.raw_kernels[0], compiled.temps
+        table_type = ctypes.c_void_p * compiled.lowered.n_slots
+        pack_slots = [p.slot for p in compiled.packs]
+
+        def run(pointers: Sequence[int], packed: Sequence[int] = ()) -> None:
+            if len(pointers) != n:
+                raise ValueError(f"expected {n} addresses (inputs, then outputs), "
+                                 f"got {len(pointers)}")
+            scratch = [output_cache.empty(s, d) for d, s in temps]  # alive through the call
+            err = np.zeros(2, np.int64)
+            table = table_type(*pointers, *map(data_pointer, scratch), None, data_pointer(err))
+            _put_packed(table, pack_slots, packed)
+            fn(table)
+            compiled.check_index_errors(err)
+
+        return run
+
+    def pack_sites(self, compiled: Any) -> list[PackSite]:
+        return [] if self._fallback is not None else list(compiled.packs)
+
+    def pack(self, compiled: Any, site: int, address: int) -> np.ndarray | None:
+        """A packed copy of the B operand of ``compiled.packs[site]``, read from the input
+        at ``address`` (its data as the program reads that input: planned dtype, shape
+        and contiguous strides), or None where the BLAS cannot pack it."""
+        if self._fallback is not None:
+            return None
+        if not 0 <= site < len(compiled.packs):
+            raise IndexError(f"pack site {site} out of range: this program has "
+                             f"{len(compiled.packs)} (CPUBackend.pack_sites)")
+        return blas.pack(self.cc, compiled.packs[site].desc, address)
 
     def may_overwrite(self, compiled: Any, in_index: int, out_index: int) -> bool:
         if self._fallback is not None:
@@ -222,12 +373,19 @@ class CPUBackend(Backend):
         return aliasing.may_overwrite(compiled.lowered.schedule, in_index, out_index)
 
     def launch(self, compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
-               arena: np.ndarray | None = None) -> None:
+               arena: np.ndarray | None = None, packed: Sequence[int] = ()) -> None:
+        """``packed``: as for a pointer launch, one packed-copy address per pack site (0:
+        none), made by ``pack`` from the very memory ``inputs`` pass."""
         if self._fallback is not None:
             return self._fallback.launch(compiled, inputs, outputs, arena)
         # Temps of 1 MiB or more reuse cached blocks: fresh pages would fault each launch.
         arrays = [*inputs, *outputs, *(output_cache.empty(s, d) for d, s in compiled.temps)]
         arrays.append(arena if arena is not None else _NO_ARENA)
-        table = (ctypes.c_void_p * len(arrays))(*map(data_pointer, arrays))
+        err = compiled.error_record()
+        if err is not None:
+            arrays.append(err)
+        table = (ctypes.c_void_p * compiled.lowered.n_slots)(*map(data_pointer, arrays))
+        _put_packed(table, [p.slot for p in compiled.packs], packed)
         for step in compiled.steps:
             step(table, arrays)
+        compiled.check_index_errors(err)

@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..isa.opcodes import REDUCE_IDENTITY, Group, Op, group
+from ..isa.index_errors import out_of_range
+from ..isa.opcodes import REDUCE_IDENTITY, SCATTER_STEP, Group, Op, group
 from ..isa.program import Program
 from ..isa.value import Value
 from ..isa.verify import PHI_BOUNDS
+from . import attention_reference, special_reference
 from .base import Backend
 
 _erf64 = np.frompyfunc(math.erf, 1, 1)
@@ -25,6 +27,13 @@ _erf64 = np.frompyfunc(math.erf, 1, 1)
 
 def _erf(x: np.ndarray) -> np.ndarray:
     return np.asarray(_erf64(np.asarray(x, np.float64)), np.float64).astype(x.dtype)
+
+
+_erfc64 = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _erfc(x: np.ndarray) -> np.ndarray:
+    return np.asarray(_erfc64(np.asarray(x, np.float64)), np.float64).astype(x.dtype)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -45,6 +54,27 @@ UNARY: dict[Op, Callable[[np.ndarray], np.ndarray]] = {
     Op.ERF: _erf,
     Op.SIN: np.sin,
     Op.COS: np.cos,
+    Op.FLOOR: np.floor,
+    Op.CEIL: np.ceil,
+    Op.TRUNC: np.trunc,
+    Op.RINT: np.rint,
+    Op.LOG1P: np.log1p,
+    Op.EXPM1: np.expm1,
+    Op.TAN: np.tan,
+    Op.ASIN: np.arcsin,
+    Op.ACOS: np.arccos,
+    Op.ATAN: np.arctan,
+    Op.SINH: np.sinh,
+    Op.COSH: np.cosh,
+    Op.ASINH: np.arcsinh,
+    Op.ACOSH: np.arccosh,
+    Op.ATANH: np.arctanh,
+    Op.LOG2: np.log2,
+    Op.LOG10: np.log10,
+    Op.EXP2: np.exp2,
+    Op.ERFC: _erfc,
+    Op.LGAMMA: special_reference.lgamma,
+    Op.DIGAMMA: special_reference.digamma,
 }
 BINARY: dict[Op, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     Op.ADD: np.add,
@@ -54,6 +84,12 @@ BINARY: dict[Op, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     Op.MIN: np.minimum,
     Op.MAX: np.maximum,
     Op.POW: np.power,
+    Op.FMOD: np.fmod,
+    Op.ATAN2: np.arctan2,
+    Op.HYPOT: np.hypot,
+    # a NaN's sign is not an ISA value: copysign by a NaN gives |a| on every backend
+    Op.COPYSIGN: lambda a, b: np.where(np.isnan(b), np.abs(a), np.copysign(a, b)),
+    Op.ZETA: special_reference.zeta,
     Op.CMPLT: np.less,
     Op.CMPEQ: np.equal,
 }
@@ -98,6 +134,99 @@ VIEWS: dict[Op, Callable[[np.ndarray, Value], np.ndarray]] = {
     Op.PERMUTE: lambda a, v: np.transpose(a, v.attr("perm")),
     Op.EXPAND: lambda a, v: np.broadcast_to(a, v.shape),
     Op.SLICE: lambda a, v: a[slice_index(v)],
+}
+
+
+def _iota(v: Value) -> np.ndarray:
+    axis = v.attr("axis")
+    line = np.arange(v.shape[axis]).reshape([-1 if d == axis else 1 for d in range(v.ndim)])
+    return np.broadcast_to(line.astype(v.dtype.np_dtype), v.shape)
+
+
+def _checked(v: Value, idx: np.ndarray) -> np.ndarray:
+    """``idx`` as int64 after the range check: IndexError naming the first bad index."""
+    n = v.srcs[0].shape[v.attr("axis")]
+    bad = (idx < 0) | (idx >= n)
+    if bad.any():
+        raise out_of_range(v, int(idx[bad].reshape(-1)[0]))
+    return idx.astype(np.int64)
+
+
+def _coords(v: Value, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Full coordinates for each element of ``idx``: its own on every axis but ``axis``,
+    ``idx`` there (broadcast index arrays, for NumPy's fancy indexing)."""
+    axis = v.attr("axis")
+    return tuple(idx if d == axis else
+                 np.arange(n).reshape([-1 if e == d else 1 for e in range(idx.ndim)])
+                 for d, n in enumerate(idx.shape))
+
+
+def _gather(v: Value, x: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return x[_coords(v, _checked(v, idx))]
+
+
+#: Each combining scatter's step as a NumPy ufunc (NumPy's maximum and minimum let a
+#: NaN win, as the ISA's MAX and MIN do).
+SCATTER_UFUNCS: dict[Op, np.ufunc] = {Op.ADD: np.add, Op.MUL: np.multiply,
+                                     Op.MAX: np.maximum, Op.MIN: np.minimum}
+
+
+def _scatter_combine(v: Value, base: np.ndarray, idx: np.ndarray,
+                     src: np.ndarray) -> np.ndarray:
+    # ufunc.at applies unbuffered, in idx's row-major order: per output element, in
+    # ascending j[axis] (the order compiled kernels combine in).
+    out = base.copy()
+    SCATTER_UFUNCS[SCATTER_STEP[v.op]].at(out, _coords(v, _checked(v, idx)), src)
+    return out
+
+
+def _scatter(v: Value, base: np.ndarray, idx: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """Among indices naming one element the last in row-major order (the largest
+    j[axis]: two such j agree off the axis) wins; NumPy's own assignment does not
+    promise which duplicate wins, so the winners are picked explicitly."""
+    out = base.copy()
+    flat = np.ravel_multi_index(_coords(v, _checked(v, idx)), base.shape).reshape(-1)
+    if flat.size:
+        last = flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]
+        out.reshape(-1)[flat[last]] = src.reshape(-1)[last]
+    return out
+
+
+def _scan(v: Value, x: np.ndarray) -> np.ndarray:
+    """Sequential inclusive prefix (NumPy's accumulate is a left fold); floats narrower
+    than f64 accumulate in f64, as the CPU kernels (and ATen's CPU cumsum) do."""
+    fn = np.cumsum if v.op is Op.CUMSUM else np.cumprod
+    wide = np.float64 if x.dtype.kind == "f" else x.dtype
+    return fn(x, axis=v.attr("axis"), dtype=wide).astype(x.dtype)
+
+
+def _argsort(v: Value, x: np.ndarray) -> np.ndarray:
+    """Stable argsort along the axis. Ascending is NumPy's (NaN last, -0.0 equal to 0.0);
+    descending sorts by (not NaN, then the negated key) with one stable lexsort, so NaN
+    comes first and equal keys keep their order (``~x`` negates integers without
+    overflow)."""
+    axis = v.attr("axis")
+    if not v.attr("descending"):
+        r = np.argsort(x, axis=axis, kind="stable")
+    else:
+        y = np.moveaxis(x, axis, -1)
+        if y.dtype.kind == "f":
+            nan = np.isnan(y)
+            keys = (np.where(nan, 0, -y), ~nan)
+        else:
+            keys = (~y,)
+        r = np.moveaxis(np.lexsort(keys, axis=-1), -1, axis)
+    return r.astype(v.dtype.np_dtype)
+
+
+#: Ops that read at computed coordinates or along an axis: value -> result.
+INDEXING: dict[Op, Callable[..., np.ndarray]] = {
+    Op.GATHER: _gather,
+    **{op: _scatter_combine for op, step in SCATTER_STEP.items() if step is not None},
+    Op.SCATTER: _scatter,
+    Op.CUMSUM: _scan,
+    Op.CUMPROD: _scan,
+    Op.ARGSORT: _argsort,
 }
 
 
@@ -149,6 +278,10 @@ def evaluate(
                 continue
             elif g is Group.CONST:
                 r = np.full(v.shape, v.attr("value"), dtype=v.dtype.np_dtype)
+            elif g is Group.IOTA:
+                r = _iota(v)
+            elif v.op in INDEXING:
+                r = INDEXING[v.op](v, *src)
             elif g is Group.UNARY:
                 r = UNARY[v.op](src[0])
             elif g in (Group.BINARY, Group.COMPARE):
@@ -168,6 +301,8 @@ def evaluate(
                 r = np.concatenate(src, axis=v.attr("axis"))
             elif v.op is Op.GEMM:
                 r = np.matmul(src[0], src[1])
+            elif g is Group.ATTENTION:
+                r = attention_reference.evaluate_part(v, src)
             else:  # pragma: no cover - every opcode has a row above
                 raise NotImplementedError(v.op)
             env[id(v)] = np.asarray(r, dtype=v.dtype.np_dtype)

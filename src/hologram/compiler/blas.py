@@ -1,4 +1,5 @@
-"""GEMM on NumPy's own BLAS, called from hologram's OpenMP threads.
+"""GEMM on a BLAS loaded at run time (MKL or NumPy's OpenBLAS), called from hologram's
+OpenMP threads.
 
 Why not ``np.matmul``: OpenBLAS (what NumPy's wheels ship) runs its own pthread
 pool, and its threads spin for a while after each call, as OpenMP's do after
@@ -8,29 +9,54 @@ small MLP training step under torch.compile ran 8x slower than eager (2-core
 box, docs/perf.md). So GEMMs run in the one pool our kernels (and PyTorch, when
 it is loaded: it ships the same libgomp) already use: the C driver below splits
 each product (or batch of products) into row or column tiles, runs the tiles on
-OpenMP threads, and each tile calls the library's single-threaded ``?gemm``
-(OpenBLAS told to use one thread while hologram's GEMMs run). NumPy's BLAS is
-found at run time in the process's loaded libraries, so hologram adds no BLAS
-of its own and computes what ``np.matmul`` computes.
+OpenMP threads, and each tile calls the library's single-threaded ``?gemm``.
 
-Where no such library is found (macOS's Accelerate, a NumPy without OpenBLAS,
-no ``/proc``), or ``HOLOGRAM_GEMM=numpy`` is set, GEMM steps stay ``np.matmul``
-calls. OpenBLAS's thread count is process-wide, so a NumPy matmul running in
-another Python thread while a hologram GEMM runs uses one thread; the count is
-restored when the last hologram GEMM ends.
+Which library (``provider()``): MKL when the ``mkl`` wheel is installed
+(``pip install hologram[mkl]``), else NumPy's OpenBLAS; ``HOLOGRAM_BLAS=mkl|openblas``
+chooses. MKL first because it measured faster on every model shape on this project's
+AVX-512 machine (single thread, 768-wide products at M=128: 191-195 GFLOP/s against
+OpenBLAS's 153-155; an 8-row product 68 against 29; docs/perf.md, session 9). hologram
+links MKL's ILP64 interface, sequential and core layers from the wheel's directory into
+a small library of its own and loads that with RTLD_LOCAL (``mkl_blas`` says why not
+``libmkl_rt``): MKL starts no threads of its own (our OpenMP threads do the splitting),
+never loads Intel's OpenMP runtime beside GNU's, and no MKL symbol enters the process's
+global scope, where PyTorch's own MKL would bind to it. The MKL that PyTorch links
+statically is not used: its symbols are not a documented interface. OpenBLAS is found
+in the process's loaded libraries (NumPy loaded it) and told to use one thread while
+hologram's GEMMs run; the count is process-wide, so a NumPy matmul running in another
+Python thread meanwhile uses one thread, and the user's count is restored when the
+last hologram GEMM ends.
+
+MKL also packs a B operand once for many products (``cblas_?gemm_pack``/``_compute``):
+against MKL's plain product on the models' shapes, 1.84x at 8 rows, 1.10-1.28x at 128,
+1.0-1.05x at 1024 (two threads, docs/perf.md, session 9). ``pack`` makes such a copy
+for a GEMM descriptor, one packed column tile per thread; a GEMM step is handed it at
+launch (its own slot of the pointer table) and the driver checks that it matches the
+product. Keeping a packed copy in step with the original is the caller's job:
+``hologram_torch`` does it for the constant weights of inference graphs
+(``hologram_torch/packed_weights.py``).
+
+Where no library is found (macOS's Accelerate, a NumPy without OpenBLAS, no ``/proc``)
+or ``HOLOGRAM_GEMM=numpy`` is set, GEMM steps stay ``np.matmul`` calls.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import glob
+import importlib.metadata
 import os
 import re
+import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .gemm_layout import MAX_BATCH_DIMS
+import numpy as np
+
+from .gemm_layout import MAX_BATCH_DIMS, GemmDesc
 
 #: The descriptor both the runtime and the kernels' GEMM steps are compiled with.
 GEMM_DESC_C = f"#define HG_GEMM_MAX_BATCH {MAX_BATCH_DIMS}\n" + r"""
@@ -41,8 +67,9 @@ typedef struct {
       bsc[HG_GEMM_MAX_BATCH];
 } hg_gemm_desc;
 typedef void (*hg_epilogue_fn)(void **, int64_t, int64_t);  /* a kernel over rows lo..hi */
+/* the last argument: B packed by hg_gemm_pack for this product, or NULL */
 typedef void (*hg_gemm_fn)(const hg_gemm_desc *, const void *, const void *, void *,
-                           hg_epilogue_fn, void **);
+                           hg_epilogue_fn, void **, const void *);
 """
 
 #: Products below this many flops run on the calling thread (an OpenMP region and
@@ -52,15 +79,16 @@ typedef void (*hg_gemm_fn)(const hg_gemm_desc *, const void *, const void *, voi
 PARALLEL_MIN_FLOPS = 1 << 20
 #: Tiles thinner than this many rows (or columns) make BLAS's packing dominate.
 MIN_TILE = 16
+#: Packed copies of B (MKL) pay from 2 rows up: at 1 row (a matrix-vector product) the
+#: packed product ran slower than the plain one (84 against 148 GFLOP/s, 1 x 768 x 768,
+#: two threads), at 2 rows faster (225 against 207), at 4 rows 343 against 235
+#: (``bench_gemm_split.py``, docs/perf.md, session 9).
+PACK_MIN_M = 2
+#: Column tiles a packed copy may have (the C header's room).
+PACK_MAX_TILES = 256
 
-RUNTIME_C = r"""
-#include <stdint.h>
-#include <string.h>
-#include <pthread.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-""" + GEMM_DESC_C + r"""
+#: The CBLAS ?gemm signatures (LP64 and ILP64) every driver that calls BLAS declares.
+GEMM_TYPES_C = r"""
 typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *,
                           int64_t, const float *, int64_t, float, float *, int64_t);
 typedef void (*dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double *,
@@ -69,10 +97,31 @@ typedef void (*sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const
                           int32_t, const float *, int32_t, float, float *, int32_t);
 typedef void (*dgemm32_t)(int, int, int, int32_t, int32_t, int32_t, double, const double *,
                           int32_t, const double *, int32_t, double, double *, int32_t);
+"""
+
+RUNTIME_C = r"""
+#include <stdint.h>
+#include <string.h>
+#include <pthread.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+""" + GEMM_DESC_C + GEMM_TYPES_C + r"""
+/* MKL's packed GEMM, ILP64 (cblas_?gemm_pack_get_size_64, _pack_64, _compute_64) */
+typedef size_t (*pack_size_t)(int, int64_t, int64_t, int64_t);
+typedef void (*spack_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                        float *);
+typedef void (*dpack_t)(int, int, int, int64_t, int64_t, int64_t, double, const double *,
+                        int64_t, double *);
+typedef void (*scompute_t)(int, int64_t, int64_t, int64_t, int64_t, int64_t, const float *,
+                           int64_t, const float *, int64_t, float, float *, int64_t);
+typedef void (*dcompute_t)(int, int64_t, int64_t, int64_t, int64_t, int64_t, const double *,
+                           int64_t, const double *, int64_t, double, double *, int64_t);
 typedef int (*set_threads_t)(int);
 
 static void *hg_sgemm, *hg_dgemm;
-static set_threads_t hg_set_threads;  /* returns the previous count */
+static void *hg_pack_size[2], *hg_pack[2], *hg_compute[2];  /* [f64]; NULL: no packing */
+static set_threads_t hg_set_threads;  /* returns the previous count; NULL: nothing to set */
 static int hg_ilp64;
 static pthread_mutex_t hg_mu = PTHREAD_MUTEX_INITIALIZER;
 static int hg_users, hg_saved;
@@ -81,28 +130,39 @@ static int hg_users, hg_saved;
    ends in the child: give the child a fresh mutex and the user's BLAS thread count. */
 static void hg_after_fork_in_child(void) {
   pthread_mutex_init(&hg_mu, NULL);
-  if (hg_users) hg_set_threads(hg_saved);
+  if (hg_users && hg_set_threads) hg_set_threads(hg_saved);
   hg_users = 0;
 }
 
-void hg_gemm_init(void *s, void *d, void *set_threads, int ilp64) {
+void hg_gemm_init(void *s, void *d, void *set_threads, int ilp64, void *const *pack) {
   static int registered;
   hg_sgemm = s; hg_dgemm = d; hg_set_threads = (set_threads_t)set_threads; hg_ilp64 = ilp64;
+  for (int i = 0; i < 2; i++) {  /* pack: s size, s pack, s compute, then the same for d */
+    hg_pack_size[i] = pack ? pack[3 * i] : 0;
+    hg_pack[i] = pack ? pack[3 * i + 1] : 0;
+    hg_compute[i] = pack ? pack[3 * i + 2] : 0;
+  }
   if (!registered) pthread_atfork(0, 0, hg_after_fork_in_child);
   registered = 1;
 }
 
 /* One BLAS thread while any hologram GEMM runs; the user's count comes back after. */
 static void hg_enter(void) {
+  if (!hg_set_threads) return;
   pthread_mutex_lock(&hg_mu);
   if (hg_users++ == 0) hg_saved = hg_set_threads(1);
   pthread_mutex_unlock(&hg_mu);
 }
 static void hg_leave(void) {
+  if (!hg_set_threads) return;
   pthread_mutex_lock(&hg_mu);
   if (--hg_users == 0) hg_set_threads(hg_saved);
   pthread_mutex_unlock(&hg_mu);
 }
+/* The same guard for other drivers that call BLAS from our threads (attention.py): one
+   count, so the user's thread count comes back only after the last of them ends. */
+void hg_blas_enter(void) { hg_enter(); }
+void hg_blas_leave(void) { hg_leave(); }
 
 static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
                     const char *b, char *c) {
@@ -132,17 +192,131 @@ static int64_t hg_gcd(int64_t a, int64_t b) {
   return a;
 }
 
-void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_epilogue_fn epi,
-             void **table) {
-  if (d->m == 0 || d->n == 0 || d->nb == 0) return;
-  const int64_t es = d->f64 ? 8 : 4;
-  const char *a0 = (const char *)A + d->oa * es, *b0 = (const char *)B + d->ob * es;
-  char *c0 = (char *)C + d->oc * es;
+static int64_t hg_threads_for(const hg_gemm_desc *d) {
   int64_t nt = 1;
 #ifdef _OPENMP
   if (2.0 * (double)d->nb * (double)d->m * (double)d->n * (double)d->k >= HG_PAR_FLOPS)
     nt = omp_get_max_threads();
 #endif
+  return nt;
+}
+
+/* An element-wise epilogue over rows 0..R, after column tiles (no row is complete
+   before every tile has run). */
+static void hg_epilogue_after(hg_epilogue_fn epi, void **table, int64_t R, int64_t nt) {
+#pragma omp parallel for schedule(static) if(nt > 1 && R > 1)
+  for (int64_t t = 0; t < nt; t++) epi(table, R * t / nt, R * (t + 1) / nt);
+}
+
+/* --- packed B (MKL) -----------------------------------------------------------------
+   A packed copy of one product's B: column tile t (columns n*t/tiles .. n*(t+1)/tiles)
+   packed by cblas_?gemm_pack for exactly that tile's (m, columns, k), so each tile is a
+   documented pack/compute pair; MKL's packed data must not move, so the caller keeps
+   the buffer where it was packed. */
+#define HG_PACK_MAGIC 0x4b434150474848LL  /* "HHGPACK" */
+typedef struct {
+  int64_t magic, f64, m, n, k, ta, tb, ldb, tiles;
+  int64_t off[HG_PACK_MAX_TILES + 1];  /* byte offset of each tile; off[tiles]: the size */
+} hg_packed;
+
+static int hg_packable(const hg_gemm_desc *d) {
+  return hg_ilp64 && hg_pack[d->f64] && d->nb == 1 && d->m > 0 && d->n > 0 && d->k > 0;
+}
+
+/* Column tiles for a packed copy made now: one per thread, none thinner than
+   HG_MIN_TILE columns; 0 when this product cannot be packed. */
+int64_t hg_gemm_pack_tiles(const hg_gemm_desc *d) {
+  if (!hg_packable(d)) return 0;
+  int64_t nt = hg_threads_for(d);
+  if (nt > d->n / HG_MIN_TILE) nt = d->n / HG_MIN_TILE;
+  if (nt > HG_PACK_MAX_TILES) nt = HG_PACK_MAX_TILES;
+  return nt < 1 ? 1 : nt;
+}
+
+static size_t hg_tile_bytes(const hg_gemm_desc *d, int64_t cols) {
+  size_t b = ((pack_size_t)hg_pack_size[d->f64])(162, d->m, cols, d->k);  /* CblasBMatrix */
+  return (b + 63) / 64 * 64;
+}
+
+/* Bytes of a packed copy with `tiles` column tiles (0: not packable). */
+int64_t hg_gemm_pack_size(const hg_gemm_desc *d, int64_t tiles) {
+  if (!hg_packable(d) || tiles < 1 || tiles > HG_PACK_MAX_TILES || tiles > d->n) return 0;
+  size_t total = (sizeof(hg_packed) + 63) / 64 * 64;
+  for (int64_t t = 0; t < tiles; t++)
+    total += hg_tile_bytes(d, d->n * (t + 1) / tiles - d->n * t / tiles);
+  return (int64_t)total;
+}
+
+/* Pack B (the operand at `B`, as `d` reads it) into `dst` (64-byte aligned, of
+   hg_gemm_pack_size(d, tiles) bytes). Returns 0, or -1 when it cannot. */
+int hg_gemm_pack(const hg_gemm_desc *d, const void *B, void *dst, int64_t tiles) {
+  if (hg_gemm_pack_size(d, tiles) == 0 || ((uintptr_t)dst & 63)) return -1;
+  hg_packed *p = (hg_packed *)dst;
+  memset(p, 0, sizeof *p);
+  p->f64 = d->f64; p->m = d->m; p->n = d->n; p->k = d->k; p->ta = d->ta; p->tb = d->tb;
+  p->ldb = d->ldb; p->tiles = tiles;
+  int64_t off = (sizeof(hg_packed) + 63) / 64 * 64;
+  for (int64_t t = 0; t < tiles; t++) {
+    p->off[t] = off;
+    off += hg_tile_bytes(d, d->n * (t + 1) / tiles - d->n * t / tiles);
+  }
+  p->off[tiles] = off;
+  const int64_t es = d->f64 ? 8 : 4;
+  const char *b0 = (const char *)B + d->ob * es;
+  const int tb = d->tb ? 112 : 111;
+#pragma omp parallel for schedule(static) if(tiles > 1)
+  for (int64_t t = 0; t < tiles; t++) {
+    int64_t lo = d->n * t / tiles, hi = d->n * (t + 1) / tiles;
+    const char *b = b0 + (d->tb ? lo * d->ldb : lo) * es;  /* columns lo..hi of op(B) */
+    char *out = (char *)dst + p->off[t];
+    if (d->f64) ((dpack_t)hg_pack[1])(101, 162, tb, d->m, hi - lo, d->k, 1.0,
+                                      (const double *)b, d->ldb, (double *)out);
+    else ((spack_t)hg_pack[0])(101, 162, tb, d->m, hi - lo, d->k, 1.0f, (const float *)b,
+                               d->ldb, (float *)out);
+  }
+  p->magic = HG_PACK_MAGIC;
+  return 0;
+}
+
+/* Whether `p` is a packed copy made for this very product. */
+static int hg_pack_matches(const hg_gemm_desc *d, const hg_packed *p) {
+  return hg_packable(d) && p->magic == HG_PACK_MAGIC && p->f64 == d->f64 && p->m == d->m
+         && p->n == d->n && p->k == d->k && p->ta == d->ta && p->tb == d->tb
+         && p->ldb == d->ldb && p->tiles >= 1 && p->tiles <= HG_PACK_MAX_TILES;
+}
+
+static void hg_gemm_packed(const hg_gemm_desc *d, const void *A, const hg_packed *p, void *C,
+                           hg_epilogue_fn epi, void **table) {
+  const int64_t es = d->f64 ? 8 : 4, tiles = p->tiles;
+  const char *a = (const char *)A + d->oa * es;
+  char *c0 = (char *)C + d->oc * es;
+  const int64_t ta = d->ta ? 112 : 111;
+  hg_enter();
+#pragma omp parallel for schedule(static) if(tiles > 1)
+  for (int64_t t = 0; t < tiles; t++) {
+    int64_t lo = d->n * t / tiles, hi = d->n * (t + 1) / tiles;
+    const char *b = (const char *)p + p->off[t];
+    char *c = c0 + lo * es;
+    if (d->f64) ((dcompute_t)hg_compute[1])(101, ta, 151, d->m, hi - lo, d->k,  /* Packed */
+        (const double *)a, d->lda, (const double *)b, d->ldb, 0.0, (double *)c, d->ldc);
+    else ((scompute_t)hg_compute[0])(101, ta, 151, d->m, hi - lo, d->k, (const float *)a,
+        d->lda, (const float *)b, d->ldb, 0.0f, (float *)c, d->ldc);
+  }
+  hg_leave();
+  if (epi) hg_epilogue_after(epi, table, d->m, tiles);
+}
+
+void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_epilogue_fn epi,
+             void **table, const void *packed) {
+  if (d->m == 0 || d->n == 0 || d->nb == 0) return;
+  if (packed && hg_pack_matches(d, (const hg_packed *)packed)) {
+    hg_gemm_packed(d, A, (const hg_packed *)packed, C, epi, table);
+    return;
+  }
+  const int64_t es = d->f64 ? 8 : 4;
+  const char *a0 = (const char *)A + d->oa * es, *b0 = (const char *)B + d->ob * es;
+  char *c0 = (char *)C + d->oc * es;
+  const int64_t nt = hg_threads_for(d);
   /* Tiles along the longer side of each product; nb * per a multiple of nt (balance). */
   const int rows = d->m >= d->n;
   const int64_t len = rows ? d->m : d->n;
@@ -174,11 +348,7 @@ void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_ep
     }
   }
   hg_leave();
-  if (epi && !rows) {  /* column tiles: every row is complete only now */
-    const int64_t R = d->nb * d->m;
-#pragma omp parallel for schedule(static) if(nt > 1 && R > 1)
-    for (int64_t t = 0; t < nt; t++) epi(table, R * t / nt, R * (t + 1) / nt);
-  }
+  if (epi && !rows) hg_epilogue_after(epi, table, d->nb * d->m, nt);
 }
 """
 
@@ -192,16 +362,14 @@ class Blas:
     ilp64: bool
     sgemm: int
     dgemm: int
-    set_threads: int  # int f(int): set the thread count, return the previous one
+    set_threads: int  # int f(int): set the thread count, return the previous one; 0: none
+    name: str = "openblas"
+    # MKL's packed GEMM (ILP64): s pack_get_size, s pack, s compute, then the same for d
+    pack: tuple[int, int, int, int, int, int] | None = None
 
 
 def _loaded_libraries() -> list[str]:
-    try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return []
-    return sorted(set(re.findall(r"(/\S*openblas\S*\.so[\w.]*)", text)))
+    return _loaded(r"(/\S*openblas\S*\.so[\w.]*)")
 
 
 def _symbol(lib: ctypes.CDLL, names: list[str]) -> Any:
@@ -240,10 +408,11 @@ def _probe(path: str) -> Blas | None:
 
 @functools.cache
 def numpy_blas() -> tuple[Blas | None, str]:
-    """(the BLAS NumPy uses, how it was found) or (None, why GEMM stays np.matmul)."""
+    """(NumPy's OpenBLAS, how it was found) or (None, why not). ``HOLOGRAM_GEMM=numpy``
+    answers None too (kept for callers that ask this directly); ``provider()`` is the
+    choice GEMM runs on."""
     if os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy":
         return None, "HOLOGRAM_GEMM=numpy"
-    import numpy as np  # noqa: F401 - loads NumPy's BLAS into the process
 
     paths = _loaded_libraries()
     if not paths:
@@ -255,13 +424,208 @@ def numpy_blas() -> tuple[Blas | None, str]:
     return None, f"{', '.join(paths)}: no cblas_?gemm and openblas_set_num_threads_local"
 
 
+#: MKL's layers hologram links, by file-name stem: the ILP64 interface (64-bit sizes),
+#: the sequential threading layer (no threads of its own: ours split the work), the core.
+MKL_LAYERS = ("libmkl_intel_ilp64", "libmkl_sequential", "libmkl_core")
+#: The library hologram builds to hold MKL: no code, only its links (DT_NEEDED) to the
+#: three layers and where they are (rpath), so that loading it with RTLD_LOCAL keeps
+#: every MKL symbol out of the process's global scope.
+MKL_SHIM_C = "/* hologram's private handle on MKL (compiler/blas.py) */\nint hg_mkl_shim = 1;\n"
+
+
+def _mkl_dirs() -> list[str]:
+    """Where the ``mkl`` wheel put its libraries: the directories of its recorded files,
+    then ``sys.prefix/lib`` (where the wheel installs them; a conda environment too)."""
+    dirs: list[str] = []
+    try:
+        files = importlib.metadata.distribution("mkl").files or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.name.startswith("libmkl_core.so"):
+            dirs.append(os.path.dirname(os.path.realpath(str(f.locate()))))
+    dirs.append(os.path.realpath(os.path.join(sys.prefix, "lib")))
+    return [d for i, d in enumerate(dirs) if d not in dirs[:i]]
+
+
+def _mkl_layers(d: str) -> list[str] | None:
+    """The file names of the three layers in ``d`` (one soname version), or None."""
+    for core in sorted(glob.glob(os.path.join(d, "libmkl_core.so.*")), reverse=True):
+        version = core[len(os.path.join(d, "libmkl_core.so")):]
+        names = [f"{stem}.so{version}" for stem in MKL_LAYERS]
+        if all(os.path.isfile(os.path.join(d, n)) for n in names):
+            return names
+    return None
+
+
+def _loaded(pattern: str) -> list[str]:
+    """Loaded libraries whose path matches ``pattern`` (``/proc/self/maps``)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return []
+    return sorted(set(re.findall(pattern, text)))
+
+
+def _address(lib: ctypes.CDLL, *names: str) -> int:
+    fn = _symbol(lib, list(names))
+    return 0 if fn is None else ctypes.cast(fn, ctypes.c_void_p).value or 0
+
+
+def _mkl_shim(d: str, names: list[str]) -> str:
+    """Build (once; then from hologram's disk cache) the shim linked to MKL's layers."""
+    import subprocess
+
+    from .cc import KERNEL_CACHE, CCompiler, CompileError
+
+    cc = CCompiler.find()
+    if cc is None:
+        raise CompileError("no C compiler to link MKL with", source=MKL_SHIM_C)
+    link = ["-L", d, "-Wl,--no-as-needed", *(f"-l:{n}" for n in names), f"-Wl,-rpath,{d}"]
+
+    def build(src: Any, out: Any) -> None:
+        cmd = [*cc.command, "-shared", "-fPIC", "-o", str(out), str(src), *link]
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120,
+                           env={**os.environ, "LC_ALL": "C"})
+        if r.returncode != 0:
+            raise CompileError(f"linking MKL failed: {' '.join(cmd)}\n{r.stderr}",
+                               source=MKL_SHIM_C)
+
+    sizes = ",".join(str(os.path.getsize(os.path.join(d, n))) for n in names)
+    parts = {"kind": "mkl-shim", "compiler": cc.id, "dir": d, "layers": " ".join(names),
+             "sizes": sizes}
+    return str(KERNEL_CACHE.get_or_build(parts, MKL_SHIM_C, build))
+
+
+@functools.cache
+def mkl_blas() -> tuple[Blas | None, str]:
+    """(MKL from the ``mkl`` wheel, sequential and private to hologram, how) or (None, why).
+
+    Not ``libmkl_rt``: it loads its layers into the process's global scope, where
+    PyTorch's libtorch_cpu (which carries its own MKL, symbols exported) binds to them:
+    imported after it, PyTorch asked the sequential layer for its thread count and set
+    OpenMP (ours too) to one thread. So hologram links a shim of its own to the
+    ILP64 interface, sequential and core layers and loads it with RTLD_LOCAL and
+    RTLD_DEEPBIND: MKL's symbols stay in that shim's scope, and MKL binds to its own.
+    """
+    if not sys.platform.startswith("linux"):
+        return None, "MKL is used on Linux only"
+    found_dir = next(((d, n) for d in _mkl_dirs() if (n := _mkl_layers(d))), None)
+    if found_dir is None:
+        return None, "MKL is not installed (pip install hologram[mkl])"
+    d, names = found_dir
+    already = _loaded(r"(/\S*libmkl_\S*\.so[\w.]*)")
+    if already:  # its layers are bound already, to a threading layer that is not ours
+        return None, f"{already[0]} was loaded by another library; MKL is left to it"
+    from .cc import CompileError
+
+    try:
+        shim = _mkl_shim(d, names)
+        lib = ctypes.CDLL(shim, mode=ctypes.RTLD_LOCAL | getattr(os, "RTLD_DEEPBIND", 0))
+    except (CompileError, OSError) as e:
+        return None, f"MKL in {d} could not be linked: {str(e).splitlines()[0]}"
+    sgemm = _address(lib, "cblas_sgemm_64", "cblas_sgemm")  # ILP64 either way here
+    dgemm = _address(lib, "cblas_dgemm_64", "cblas_dgemm")
+    if not (sgemm and dgemm):
+        return None, f"{d}: no cblas_sgemm and cblas_dgemm"
+    pack = tuple(_address(lib, f"cblas_{t}gemm_{op}_64", f"cblas_{t}gemm_{op}") for t in "sd"
+                 for op in ("pack_get_size", "pack", "compute"))
+    wrong = _mkl_warm_up(sgemm, dgemm)
+    if wrong:
+        return None, f"{d}: {wrong}"
+    version = ctypes.create_string_buffer(256)
+    get_version = _symbol(lib, ["MKL_Get_Version_String"])
+    if get_version is not None:
+        get_version(version, len(version))
+    short = re.search(r"Version (\d[\d.]*)", version.value.decode(errors="replace"))
+    found = Blas(os.path.join(d, names[-1]), version.value.decode(errors="replace"), True,
+                 sgemm, dgemm, 0, "mkl", pack if all(pack) else None)  # type: ignore[arg-type]
+    how = (f"MKL {short.group(1) if short else '?'} ({d}: sequential, ILP64"
+           f"{', packed B' if found.pack else ''})")
+    return found, how
+
+
+def _mkl_warm_up(sgemm: int, dgemm: int) -> str:
+    """One tiny product of each type now: MKL loads its CPU-specific kernels at its
+    first call, and they bind while only MKL's own scope can answer. Returns what went
+    wrong, or ""."""
+    for addr, ct in ((sgemm, ctypes.c_float), (dgemm, ctypes.c_double)):
+        i64 = ctypes.c_int64
+        fn = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i64, i64, i64, ct,
+                              ctypes.c_void_p, i64, ctypes.c_void_p, i64, ct, ctypes.c_void_p,
+                              i64)(addr)
+        a, b, c = (ct * 4)(1, 2, 3, 4), (ct * 4)(1, 0, 0, 1), (ct * 4)()
+        fn(101, 111, 111, 2, 2, 2, 1.0, a, 2, b, 2, 0.0, c, 2)
+        if list(c) != [1, 2, 3, 4]:
+            return f"a 2x2 product gave {list(c)}, not [1, 2, 3, 4]"
+    return ""
+
+
+#: The BLAS libraries GEMM can run on, by the name ``HOLOGRAM_BLAS`` takes.
+PROVIDERS: dict[str, Callable[[], tuple[Blas | None, str]]] = {
+    "mkl": mkl_blas, "openblas": numpy_blas}
+#: Tried in this order when ``HOLOGRAM_BLAS`` is unset: MKL measured faster than
+#: OpenBLAS on every model shape, packed or not (docs/perf.md, session 9).
+DEFAULT_ORDER = ("mkl", "openblas")
+
+
+@functools.cache
+def provider() -> tuple[Blas | None, str]:
+    """(the BLAS hologram's GEMMs and attention call, which one and why), or (None, why
+    GEMM stays ``np.matmul``). ``HOLOGRAM_GEMM=numpy`` means np.matmul; ``HOLOGRAM_BLAS``
+    names the library (one that is not found falls back to the other, with a warning)."""
+    if os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy":
+        return None, "HOLOGRAM_GEMM=numpy"
+    asked = os.environ.get("HOLOGRAM_BLAS", "").strip().lower()
+    if asked and asked not in PROVIDERS:
+        raise ValueError(f"HOLOGRAM_BLAS must be one of {', '.join(PROVIDERS)} (or unset), "
+                         f"got {asked!r}")
+    order = [asked, *(p for p in DEFAULT_ORDER if p != asked)] if asked else DEFAULT_ORDER
+    missing: list[str] = []
+    for name in order:
+        found, how = PROVIDERS[name]()
+        if found is None:
+            missing.append(f"{name}: {how}")
+            continue
+        if name == asked:
+            why = f"HOLOGRAM_BLAS={asked}"
+        elif asked:
+            warnings.warn(f"hologram: HOLOGRAM_BLAS={asked} asked for a BLAS that is not "
+                          f"usable ({missing[0]}); GEMM runs on {name}", stacklevel=2)
+            why = f"HOLOGRAM_BLAS={asked} not usable: {missing[0]}"
+        else:
+            why = "default: MKL first" + (f"; {'; '.join(missing)}" if missing else "")
+        return found, f"{how} [{why}]"
+    return None, "; ".join(missing)
+
+
 @functools.cache
 def runtime(cc: Any) -> int | None:
-    """The address of ``hg_gemm`` compiled by ``cc`` and bound to NumPy's BLAS, or None."""
-    blas, _ = numpy_blas()
+    """The address of ``hg_gemm`` compiled by ``cc`` and bound to the chosen BLAS, or None."""
+    lib = _runtime_lib(cc)
+    return None if lib is None else ctypes.cast(lib.hg_gemm, ctypes.c_void_p).value
+
+
+def thread_guard(cc: Any) -> tuple[int, int] | None:
+    """Addresses of ``void hg_blas_enter(void)`` and ``hg_blas_leave(void)``: what another
+    driver calling the chosen BLAS from OpenMP threads brackets its calls with (one BLAS
+    thread meanwhile, counted with the GEMM driver's own calls), or None without BLAS."""
+    lib = _runtime_lib(cc)
+    if lib is None:
+        return None
+    return (ctypes.cast(lib.hg_blas_enter, ctypes.c_void_p).value or 0,
+            ctypes.cast(lib.hg_blas_leave, ctypes.c_void_p).value or 0)
+
+
+@functools.cache
+def _runtime_lib(cc: Any) -> Any:
+    """The GEMM driver compiled by ``cc`` and bound to the chosen BLAS (once), or None."""
+    blas, _ = provider()
     if blas is None or cc is None:
         return None
-    defines = f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
+    defines = (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
+               f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n")
     from .cc import CompileError
 
     try:
@@ -271,15 +635,90 @@ def runtime(cc: Any) -> int | None:
                       f"build: {str(e).splitlines()[0]}", stacklevel=2)
         return None
     init = lib.hg_gemm_init
-    init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                     ctypes.c_void_p]
     init.restype = None
-    init(blas.sgemm, blas.dgemm, blas.set_threads, int(blas.ilp64))
-    return ctypes.cast(lib.hg_gemm, ctypes.c_void_p).value
+    pack = (ctypes.c_void_p * 6)(*blas.pack) if blas.pack else None
+    init(blas.sgemm, blas.dgemm, blas.set_threads or None, int(blas.ilp64), pack)
+    for name, args, res in (("hg_gemm_pack_tiles", [ctypes.c_void_p], ctypes.c_int64),
+                            ("hg_gemm_pack_size", [ctypes.c_void_p, ctypes.c_int64],
+                             ctypes.c_int64),
+                            ("hg_gemm_pack", [ctypes.c_void_p] * 3 + [ctypes.c_int64],
+                             ctypes.c_int)):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
+    return lib
+
+
+# --- packed B ---------------------------------------------------------------------------
+class DescStruct(ctypes.Structure):
+    """``hg_gemm_desc`` (GEMM_DESC_C) as ctypes, for the pack calls made from Python."""
+
+    _fields_ = ([(n, ctypes.c_int64) for n in
+                 ("nb", "m", "n", "k", "lda", "ldb", "ldc", "oa", "ob", "oc")]
+                + [(n, ctypes.c_int32) for n in ("ta", "tb", "f64", "nbd")]
+                + [(n, ctypes.c_int64 * MAX_BATCH_DIMS)
+                   for n in ("bshape", "bsa", "bsb", "bsc")])
+
+
+def desc_fields(d: GemmDesc) -> dict[str, Any]:
+    """The C descriptor's fields for ``d``: what a GEMM step's constant holds
+    (``render_c.render_gemm``) and what a pack call passes (``DescStruct``)."""
+    pad = (0,) * (MAX_BATCH_DIMS - len(d.batch))
+    nb = 1
+    for s in d.batch:
+        nb *= s
+    return {"nb": nb, "m": d.m, "n": d.n, "k": d.k, "lda": d.a.ld, "ldb": d.b.ld,
+            "ldc": d.c.ld, "oa": d.a.offset, "ob": d.b.offset, "oc": d.c.offset,
+            "ta": int(d.a.trans), "tb": int(d.b.trans), "f64": int(d.dtype == "f64"),
+            "nbd": len(d.batch), "bshape": (*d.batch, *pad),
+            "bsa": (*d.a.batch_strides, *pad), "bsb": (*d.b.batch_strides, *pad),
+            "bsc": (*d.c.batch_strides, *pad)}
+
+
+def _struct(d: GemmDesc) -> DescStruct:
+    s = DescStruct()
+    for name, v in desc_fields(d).items():
+        if isinstance(v, tuple):
+            getattr(s, name)[:] = v
+        else:
+            setattr(s, name, v)
+    return s
+
+
+def may_pack(d: GemmDesc) -> bool:
+    """Whether a packed copy of ``d``'s B could speed it up on the chosen BLAS: MKL's pack
+    API, one product (no batch), at least PACK_MIN_M rows, nothing empty."""
+    found = provider()[0]
+    return (found is not None and found.pack is not None and found.ilp64 and not d.batch
+            and d.m >= PACK_MIN_M and d.n > 0 and d.k > 0)
+
+
+def pack(cc: Any, d: GemmDesc, b_address: int) -> np.ndarray | None:
+    """A packed copy of GEMM ``d``'s B operand, read at ``b_address`` (the buffer B's
+    descriptor offsets count from), to pass to the GEMM step; None where the chosen BLAS
+    cannot pack it. The copy is valid while the memory at ``b_address`` is unchanged,
+    and must stay where it is (MKL's packed data holds its own addresses): the caller
+    keeps the returned array alive and unmoved for as long as it passes it."""
+    lib = _runtime_lib(cc)
+    if lib is None or not may_pack(d) or not b_address:
+        return None
+    s = _struct(d)
+    tiles = lib.hg_gemm_pack_tiles(ctypes.byref(s))
+    size = lib.hg_gemm_pack_size(ctypes.byref(s), tiles) if tiles > 0 else 0
+    if size <= 0:
+        return None
+    raw = np.empty(size + 64, np.uint8)
+    start = (-raw.ctypes.data) % 64
+    out = raw[start:start + size]
+    if lib.hg_gemm_pack(ctypes.byref(s), b_address, out.ctypes.data, tiles) != 0:
+        return None
+    return out
 
 
 def describe() -> str:
-    """One line for ``hologram info``: how GEMM runs."""
-    blas, how = numpy_blas()
+    """One line for ``hologram info``: how GEMM runs, on which BLAS and why."""
+    blas, how = provider()
     if blas is None:
         return f"np.matmul ({how})"
     return f"hologram's OpenMP tiles over {how}"

@@ -77,14 +77,16 @@ from .c_math import C_MATH
 
 # libmvec functions by the glibc release that first shipped them for x86-64.
 _MVEC_2_22 = ("exp", "log", "sin", "cos", "pow")
-_MVEC_2_35 = ("tanh", "erf", "expm1", "log1p")
+_MVEC_2_35 = ("tanh", "erf", "expm1", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh",
+              "asinh", "acosh", "atanh", "log2", "log10", "exp2", "erfc", "atan2", "hypot")
+_MVEC_BINARY = frozenset({"pow", "atan2", "hypot"})  # the functions of two operands
 
 
 def _simd_decls(names: Sequence[str]) -> list[str]:
     out = []
     for n in names:
-        if n == "pow":
-            out += ["HG_SIMD float powf(float, float);", "HG_SIMD double pow(double, double);"]
+        if n in _MVEC_BINARY:
+            out += [f"HG_SIMD float {n}f(float, float);", f"HG_SIMD double {n}(double, double);"]
         else:
             out += [f"HG_SIMD float {n}f(float);", f"HG_SIMD double {n}(double);"]
     return out

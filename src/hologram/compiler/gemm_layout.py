@@ -164,6 +164,27 @@ def _merge_batch(shape: tuple[int, ...], per_operand: list[tuple[int, ...]]
     return new_shape, strides
 
 
+def unreadable_operand(v: Value, buffers: dict[int, BufRef]) -> Value | None:
+    """The operand of GEMM ``v`` that is a view BLAS cannot read in place (a reshape of a
+    permuted buffer that would need a copy, a broadcast matrix), or None.
+
+    The CPU backend then has the planner give that view a buffer of its own (one copy
+    kernel on hologram's threads), so the product still runs on the BLAS driver.
+    ``np.matmul`` would copy it too, and run on OpenBLAS's own thread pool, whose threads
+    spin against ours after every call; it also made every program with such a GEMM
+    launch step by step through Python (session 9: GPT-2's attention output,
+    ``[B, H, L, E]`` viewed as ``[B * L, H * E]``, twelve times per forward)."""
+    if v.dtype.name not in ("f32", "f64"):
+        return None
+    for s in v.srcs:
+        if id(s) in buffers:  # a buffer of its own is contiguous: BLAS reads it
+            continue
+        view = strided(s, buffers)
+        if view is None or _matrix(view, s.shape[-2], s.shape[-1]) is None:
+            return s
+    return None
+
+
 def gemm_desc(v: Value, buffers: dict[int, BufRef], out: BufRef,
               int64: bool) -> GemmDesc | None:
     """The BLAS-ready description of GEMM ``v`` writing ``out``, or None if BLAS

@@ -8,12 +8,25 @@ ends within the program's size).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..isa.dtypes import i64
+from ..isa.index_errors import index_sites, static_index_error
 from ..isa.opcodes import Group, Op, group
 from ..isa.program import Program
 from .schedule import BufRef, GemmPlan, NeedsMaterialize, Schedule, plan
+
+#: The launch's index-error record (see render_index): [1 + site, bad index], int64.
+ERROR_KIND = "err"
+ERROR_RECORD = BufRef(ERROR_KIND, 0, i64, (2,))
+#: A GEMM step's packed copy of its B operand (compiler/blas.py), passed per launch.
+PACKED_KIND = "packed"
+
+
+def packed_ref(step: int) -> BufRef:
+    """The slot-table key of GEMM step ``step``'s packed B (bytes; NULL when not passed)."""
+    return BufRef(PACKED_KIND, step, i64, ())  # an opaque blob; its header is int64s
 
 
 @dataclass
@@ -22,15 +35,19 @@ class Lowered:
     slots: dict[BufRef, int]
     source: str
     n_slots: int
+    err_slot: int | None = None  # the index-error record's slot, when the table has one
 
     @property
     def launches(self) -> int:
         return len(self.schedule.steps)
 
 
-def slot_table(sched: Schedule) -> tuple[dict[BufRef, int], int]:
+def slot_table(sched: Schedule, error_slot: bool = False,
+               packed: Sequence[int] = ()) -> tuple[dict[BufRef, int], int]:
     """Pointer-table layout shared by every kernel of a program:
-    inputs, then outputs, then temps, then the boundary arena."""
+    inputs, then outputs, then temps, then the boundary arena; with ``error_slot`` and
+    an instruction that indexes at run time, then the launch's index-error record;
+    last, one slot per GEMM step in ``packed`` for a packed copy of its B."""
     p = sched.program
     slots: dict[BufRef, int] = {}
     for i, (d, s) in enumerate(p.inputs):
@@ -47,16 +64,32 @@ def slot_table(sched: Schedule) -> tuple[dict[BufRef, int], int]:
                                                 for _, d in st.sinks]:
         if ref.kind == "arena":
             slots[ref] = arena_slot
-    return slots, arena_slot + 1
+    n = arena_slot + 1
+    if error_slot and index_sites(p.instructions):
+        slots[ERROR_RECORD] = n
+        n += 1
+    for step in packed:
+        slots[packed_ref(step)] = n
+        n += 1
+    return slots, n
 
 
-def lower(program: Program, render: Callable[[Schedule, dict[BufRef, int]], str]) -> Lowered:
+def lower(program: Program, render: Callable[[Schedule, dict[BufRef, int]], str],
+          error_slot: bool = False,
+          packed: Callable[[Schedule], Sequence[int]] | None = None) -> Lowered:
+    """``error_slot``: the backend passes each launch an index-error record (render_index),
+    so kernels report out-of-range indices instead of only clamping them. A program
+    with an index into an empty axis cannot run at all: IndexError here. ``packed``:
+    the GEMM steps of a schedule that get a slot for a packed copy of B."""
+    err = static_index_error(program.instructions)
+    if err is not None:
+        raise err
     forced: set[int] = set()
     for _ in range(len(program.instructions) + 2):
         try:
             sched = plan(program, forced)
-            slots, n = slot_table(sched)
-            return Lowered(sched, slots, render(sched, slots), n)
+            slots, n = slot_table(sched, error_slot, packed(sched) if packed else ())
+            return Lowered(sched, slots, render(sched, slots), n, slots.get(ERROR_RECORD))
         except NeedsMaterialize as e:
             forced.add(id(e.value))
     raise RuntimeError("scheduling did not converge")  # pragma: no cover

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..isa.dtypes import DType
-from ..isa.opcodes import ELEMENTWISE, Group, Op, group
+from ..isa.opcodes import ELEMENTWISE, MATH_UNARY, SCATTER_STEP, SPECIAL, Group, Op, group
 from ..isa.value import Value, contiguous_strides
+from . import attention, blas, special_math
 from .blas import GEMM_DESC_C
-from .gemm_layout import MAX_BATCH_DIMS, GemmDesc
-from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
+from .gemm_layout import GemmDesc
+from .lower import packed_ref
+from .render_index import INDEX_FAIL_C, IndexKernels
+from .schedule import AttentionPlan, BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
 
 # C templates for element-wise ops; {0},{1},{2} are operands, {f} the dtype suffix
 # ('f' for float, '' for double), {T} the C type, {exp} the renderer's exp function
@@ -38,6 +41,13 @@ TEMPLATES: dict[Op, str] = {
     Op.ERF: "erf{f}({0})",
     Op.SIN: "sin{f}({0})",
     Op.COS: "cos{f}({0})",
+    Op.FLOOR: "floor{f}({0})",
+    Op.CEIL: "ceil{f}({0})",
+    Op.TRUNC: "trunc{f}({0})",
+    Op.RINT: "rint{f}({0})",  # the default rounding mode: to nearest, ties to even
+    Op.LOG1P: "log1p{f}({0})",
+    Op.EXPM1: "expm1{f}({0})",
+    **{op: op.value + "{f}({0})" for op in MATH_UNARY},  # libm's tanf, asinf, ...
     Op.ADD: "({0} + {1})",
     Op.SUB: "({0} - {1})",
     Op.MUL: "({0} * {1})",
@@ -46,6 +56,14 @@ TEMPLATES: dict[Op, str] = {
     Op.MIN: "(({0} < {1} || {0} != {0}) ? {0} : {1})",
     Op.MAX: "(({0} > {1} || {0} != {0}) ? {0} : {1})",
     Op.POW: "pow{f}({0}, {1})",
+    Op.FMOD: "fmod{f}({0}, {1})",
+    Op.ATAN2: "atan2{f}({0}, {1})",
+    Op.HYPOT: "hypot{f}({0}, {1})",
+    Op.COPYSIGN: "({1} != {1} ? fabs{f}({0}) : copysign{f}({0}, {1}))",
+    # the special functions (compiler/special_math.py); digamma and zeta in double
+    Op.LGAMMA: "hg_lgamma{f}({0})",
+    Op.DIGAMMA: "(({T})hg_digamma((double){0}))",
+    Op.ZETA: "(({T})hg_zeta((double){0}, (double){1}))",
     Op.CMPLT: "({0} < {1})",
     Op.CMPEQ: "({0} == {1})",
     Op.MAD: "({0} * {1} + {2})",
@@ -93,18 +111,27 @@ class Scope:
 PARALLEL_MIN_WORK = 1 << 15  # plain arithmetic: memory-bound
 PARALLEL_MIN_WORK_MATH = 1 << 13  # loops calling transcendental functions
 ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shares with a row
-# A row sum of at most this many f32 elements accumulates in float: 16 SIMD lanes of at
+# A row sum of at most this many f32 elements along the innermost axis (a contiguous SIMD
+# loop: softmax, layer norm, their backward) accumulates in float: 16 SIMD lanes of at
 # most 64 terms each (error bound ~68 ulp of the sum of |x|, typically a few; ATen sums
-# rows the same way). Longer or whole-array sums accumulate in double. Measured on
-# softmax 4096x1024 (benchmarks/bench_exp.py): the double's conversions cost 13-20%.
+# rows the same way). There the kernel is compute-bound: the double's conversions cost
+# softmax 4096x1024 13-20% (benchmarks/bench_exp.py) and layer norm 4096x768 ~20%. A sum
+# over other axes (kron's backward sums axes 1 and 3 of [5, 10, 5, 20]) reads strided
+# elements and takes the double at no measurable cost, as do longer rows and whole
+# arrays.
 FLOAT_SUM_MAX = 1024
 COLUMN_BLOCK = 256  # accumulators per block of a column reduction (2 KiB of doubles)
 # Ops whose operands are read at other coordinates than the result's: no flat loop.
-NOT_FLAT = frozenset({Op.EXPAND, Op.PERMUTE, Op.SLICE, Op.CONCAT})
-MATH_OPS = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW})
+NOT_FLAT = frozenset({Op.EXPAND, Op.PERMUTE, Op.SLICE, Op.CONCAT,
+                      # coordinates (IOTA, GATHER) or kernels of their own (render_index)
+                      Op.IOTA, Op.GATHER, *SCATTER_STEP, Op.CUMSUM, Op.CUMPROD,
+                      Op.ARGSORT})
+MATH_OPS = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW,
+                      Op.LOG1P, Op.EXPM1, Op.FMOD, Op.ATAN2, Op.HYPOT, *MATH_UNARY,
+                      *SPECIAL})
 
 
-class CRenderer:
+class CRenderer(IndexKernels):
     """C for the CPU backend: OpenMP threads across rows, SIMD within them."""
 
     suffix = {"f32": "f", "f64": ""}
@@ -122,6 +149,8 @@ class CRenderer:
         self.slots = slots
         self.n = 0
         self.row_len: int | None = None  # set while rendering a row-range kernel
+        self.specials: set[Op] = set()  # special functions the kernels call (special_math)
+        self.sort_helpers: dict[str, str] = {}  # render_index.sort_helper
 
     # --- helpers --------------------------------------------------------------------------
     def ctype(self, d: DType) -> str:
@@ -262,6 +291,8 @@ class CRenderer:
             args = [self.emit(s, idx, cur, flat) for s in v.srcs]
             d = v.srcs[-1].dtype
             tmpl = (INT_TEMPLATES.get(v.op) if d.kind == "i" else None) or TEMPLATES[v.op]
+            if v.op in SPECIAL:
+                self.specials.add(v.op)
             f = self.suffix.get(d.name, "")
             code = tmpl.format(*(a.code for a in args), f=f, T=self.ctype(d),
                                exp=self.exp_names.get(d.name, f"exp{f}"))
@@ -293,6 +324,10 @@ class CRenderer:
             return self.emit(v.srcs[0], sub, cur, flat)
         if v.op is Op.CONCAT:
             return self.concat(v, idx, cur, key)
+        if g is Group.IOTA:
+            return self.iota(v, idx)
+        if v.op is Op.GATHER:
+            return self.gather(v, idx, cur, key)
         if g is Group.REDUCE:
             return self.phase(v, idx, cur, key)
         raise NeedsMaterialize(v)
@@ -378,7 +413,8 @@ class CRenderer:
         sizes = [src.shape[a] for a in axes]
         count = math.prod(sizes)
         parallel = home.kind == "kernel" and count >= self.parallel_min_work
-        short_sum = v.op is Op.RSUM and count <= FLOAT_SUM_MAX and home.kind == "outer"
+        short_sum = (v.op is Op.RSUM and count <= FLOAT_SUM_MAX and home.kind == "outer"
+                     and tuple(axes) == (src.ndim - 1,))
         wide = ("double" if d.name == "f32" and v.op in (Op.RSUM, Op.RPROD) and not short_sum
                 else self.ctype(d))
         sub = list(idx)
@@ -442,8 +478,10 @@ class CRenderer:
         v, _ = k.sinks[0]
         heavy = any(x.op in MATH_OPS for x in v.walk())
         self.parallel_min_work = PARALLEL_MIN_WORK_MATH if heavy else PARALLEL_MIN_WORK
-        # The sink is computed here, unless it is a load or a GEMM result (a copy kernel).
-        self.computing = set() if v.op in (Op.LDG, Op.GEMM) else {id(v)}
+        # The sink is computed here, unless a load, a GEMM result or an attention part (a
+        # copy kernel: their steps wrote the value).
+        copy = v.op in (Op.LDG, Op.GEMM) or group(v.op) is Group.ATTENTION
+        self.computing = set() if copy else {id(v)}
         c = v
         while (c.op is Op.RESHAPE and id(c) in self.computing
                and id(c.srcs[0]) not in self.sched.buffers):
@@ -455,6 +493,12 @@ class CRenderer:
                     else self.reduce_kernel(c, k, top))
         elif c.op is Op.CONCAT and self.concat_loops and id(c) in self.computing:
             body = self.concat_kernel(c, k, top)
+        elif group(c.op) is Group.SCATTER and id(c) in self.computing:
+            body = self.scatter_kernel(c, k, top)
+        elif group(c.op) is Group.SCAN and id(c) in self.computing:
+            body = self.scan_kernel(c, k, top)
+        elif group(c.op) is Group.SORT and id(c) in self.computing:
+            body = self.sort_kernel(c, k, top)
         elif self.is_flat(c):
             body = self.flat_kernel(c, k, top)
         else:
@@ -529,7 +573,9 @@ class CRenderer:
         axes = set(c.attr("axes"))
         outer_dims = [d for d in range(c.ndim) if d not in axes]
         n_outer = math.prod(c.shape[d] for d in outer_dims)
-        if n_outer <= 1:
+        if n_outer == 0:  # no result elements: nothing to store (the scheduler skips these)
+            return []
+        if n_outer == 1:  # one result element: the phase alone, stored at 0
             x = self.emit(c, tuple(ZERO for _ in c.shape), top, False)
             return self.stores(k, x, Expr("0"))
         outer = Scope("outer", "o", top)
@@ -753,27 +799,23 @@ def gemm_step_name(index: int) -> str:
 
 
 def render_gemm(name: str, d: GemmDesc, slots: dict[BufRef, int],
-                epilogue: str | None = None) -> str:
+                epilogue: str | None = None, packed_slot: int | None = None) -> str:
     """A GEMM step as a call of the BLAS driver (compiler/blas.py) with a constant
     descriptor; the operands' pointers come from the slot table like any kernel's.
-    ``epilogue`` names a row-range kernel the driver runs on each tile it finishes."""
-    nb = math.prod(d.batch)
-    pad = [0] * (MAX_BATCH_DIMS - len(d.batch))
+    ``epilogue`` names a row-range kernel the driver runs on each tile it finishes;
+    ``packed_slot`` is the table slot where a launch may pass a packed copy of B (NULL:
+    none; the driver checks that a copy matches the product before it uses it)."""
 
-    def arr(xs: tuple[int, ...]) -> str:
-        return "{" + ", ".join(str(x) for x in (*xs, *pad)) + "}"
+    def field(v: int | tuple[int, ...]) -> str:
+        return "{" + ", ".join(map(str, v)) + "}" if isinstance(v, tuple) else str(v)
 
-    fields = (f".nb = {nb}, .m = {d.m}, .n = {d.n}, .k = {d.k}, .lda = {d.a.ld}, "
-              f".ldb = {d.b.ld}, .ldc = {d.c.ld}, .oa = {d.a.offset}, .ob = {d.b.offset}, "
-              f".oc = {d.c.offset}, .ta = {int(d.a.trans)}, .tb = {int(d.b.trans)}, "
-              f".f64 = {int(d.dtype == 'f64')}, .nbd = {len(d.batch)}, "
-              f".bshape = {arr(d.batch)}, .bsa = {arr(d.a.batch_strides)}, "
-              f".bsb = {arr(d.b.batch_strides)}, .bsc = {arr(d.c.batch_strides)}")
+    fields = ", ".join(f".{k} = {field(v)}" for k, v in blas.desc_fields(d).items())
     epi = f"(hg_epilogue_fn){epilogue}" if epilogue else "0"
+    packed = f"B[{packed_slot}]" if packed_slot is not None else "0"
     return (f"void {name}(void **B) {{\n"
             f"  static const hg_gemm_desc d = {{{fields}}};\n"
             f"  hg_gemm_rt(&d, B[{slots[d.a.ref]}], B[{slots[d.b.ref]}], B[{slots[d.c.ref]}], "
-            f"{epi}, B);\n"
+            f"{epi}, B, {packed});\n"
             "}")
 
 
@@ -856,6 +898,8 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
     parts = [prelude]
     if gemms:
         parts += [GEMM_DESC_C.strip(), GEMM_BINDING]
+    if any(isinstance(st, AttentionPlan) for st in sched.steps):
+        parts += [attention.DESC_C.strip(), attention.BINDING]
     names = []
     steps = sched.steps
     for i, step in enumerate(steps):
@@ -863,6 +907,10 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
             continue
         if isinstance(step, KernelPlan):
             parts.append(r.kernel(step))
+            names.append(step.name)
+        elif isinstance(step, AttentionPlan):  # a call of the attention driver
+            parts.append(attention.render_step(step.name, attention.describe(
+                step, sched.buffers), slots))
             names.append(step.name)
         elif i in gemms:
             # The kernels right after the GEMM that work per row of it run on each tile
@@ -888,7 +936,13 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
                              + "".join(f"  {rows_name(kp.name)}(B, lo, hi);\n" for kp in chain)
                              + "}")
             names.append(name)
-            parts.append(render_gemm(name, gemms[i], slots, epilogue))
+            parts.append(render_gemm(name, gemms[i], slots, epilogue,
+                                     slots.get(packed_ref(i))))
+    if r.uses_index_fail:  # a kernel range-checks indices into the launch's error record
+        parts.insert(1, INDEX_FAIL_C)
+    if r.specials:
+        parts.insert(1, special_math.c_source(r.specials))
+    parts[1:1] = list(r.sort_helpers.values())
     if len(names) + len(fused) == len(steps) and len(names) > 1:
         parts.append("void hg_run(void **B) {\n"
                      + "".join(f"  {n}(B);\n" for n in names) + "}")

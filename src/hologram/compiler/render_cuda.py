@@ -11,13 +11,16 @@ from __future__ import annotations
 
 from ..isa.dtypes import DType
 from ..isa.opcodes import Op
+from . import attention_gpu, special_math
 from .render_c import KernelPlan
 from .render_gpu import GPURenderer
-from .schedule import BufRef, Schedule
+from .schedule import AttentionPlan, BufRef, Schedule
 
 CUDA_PRELUDE = r"""
 typedef long long int64_t;
 typedef int int32_t;
+typedef unsigned long long uint64_t;
+typedef unsigned int uint32_t;
 #define NAN __int_as_float(0x7fffffff)
 #define INFINITY __int_as_float(0x7f800000)
 #define INT64_MIN (-9223372036854775807LL - 1)
@@ -51,6 +54,17 @@ __device__ __forceinline__ T hg_block_reduce(T v, F f, T identity) {
   }
   __syncthreads();
   return sh[32];
+}
+"""
+
+#: The first out-of-range index of a launch (render_index): [1 + site, bad index], read
+#: and cleared by the device runtime after the launch (``cuModuleGetGlobal``).
+CUDA_INDEX_FAIL = r"""
+__device__ unsigned long long hg_index_error[2];
+__device__ __noinline__ int64_t hg_index_fail(int64_t site, int64_t bad, int64_t n) {
+  if (atomicCAS(&hg_index_error[0], 0ull, (unsigned long long)(site + 1)) == 0ull)
+    hg_index_error[1] = (unsigned long long)bad;
+  return bad < 0 ? 0 : n - 1;
 }
 """
 
@@ -89,6 +103,12 @@ class CUDARenderer(GPURenderer):
     def signature(self, name: str) -> str:
         return f'extern "C" __global__ void {name}(HgArgs B)'
 
+    def index_lines(self, name: str, code: str, n: int, site: int) -> list[str]:
+        """The C clamp, recording a bad index in the module's ``hg_index_error``."""
+        self.uses_index_fail = True
+        return [f"int64_t {name} = (int64_t)({code});",
+                f"if ({name} < 0 || {name} >= {n}) {name} = hg_index_fail({site}, {name}, {n});"]
+
     def phase_head(self, r: str, count: int, clauses: str, parallel: bool) -> list[str]:
         self.launch.setdefault(self._kernel, ("single", 1))
         return [f"for (int64_t {r} = threadIdx.x; {r} < {count}; {r} += blockDim.x) {{"]
@@ -119,4 +139,12 @@ def render_cuda(sched: Schedule, slots: dict[BufRef, int]) -> tuple[str, dict]:
     for step in sched.steps:
         if isinstance(step, KernelPlan):
             parts.append(r.kernel(step))
+        elif isinstance(step, AttentionPlan):  # its own kernels (compiler/attention_gpu.py)
+            source, launch = attention_gpu.render_cuda(r, step)
+            parts.append(source)
+            r.launch.update(launch)
+    if r.uses_index_fail:
+        parts.insert(1, CUDA_INDEX_FAIL)
+    if r.specials:
+        parts.insert(1, special_math.c_source(r.specials, device=True))
     return "\n\n".join(parts) + "\n", r.launch

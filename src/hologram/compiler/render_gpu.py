@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .render_c import CRenderer, Expr
+from ..isa.value import Value
+from .render_c import CRenderer, Expr, Scope
 from .schedule import KernelPlan
 
 
@@ -22,6 +23,7 @@ class GPURenderer(CRenderer):
     """Loop roles as grid, block and thread loops; one writer for a block's value."""
 
     column_reductions = False  # reductions spread over threads instead
+    fiber_blocks = False  # scans and scatters: one thread per fiber (render_index)
     concat_loops = False  # a kernel is one loop nest mapped onto the grid
     row_scratch = False  # a row is spread over the block: no per-thread row copy
     exp_names: ClassVar[dict[str, str]] = {}  # the device's own expf: no CPU inline math
@@ -35,6 +37,39 @@ class GPURenderer(CRenderer):
             self.launch[self._kernel] = (role, count)
         return self.LOOPS[role if role in ("flat", "outer") else "inner"].format(
             var=var, count=count)
+
+    def serial_loop(self, var: str, count: int | None, simd: bool) -> str:
+        """A loop one thread runs (render_index: along a scan's or scatter's fiber)."""
+        return f"for (int64_t {var} = 0; {var} < {count}; {var}++) {{"
+
+    #: The type of a count a thread keeps (a sort position's rank).
+    COUNT_T: ClassVar[str] = "int64_t"
+
+    def sort_fiber(self, c: Value, k: KernelPlan, fib: Scope, oidx: tuple[Expr, ...]
+                   ) -> list[str]:
+        """ARGSORT on a GPU: one thread per fiber, no scratch. Each position's rank is
+        the number of keys that sort before it (equal keys: those at lower positions),
+        and the position is stored at its rank: O(n^2) per fiber, simple and stable.
+        (The CPU merge-sorts; a GPU sort of long fibers would want a parallel one.)"""
+        x = c.srcs[0]
+        axis = c.attr("axis")
+        n = c.shape[axis]
+        desc = c.attr("descending")
+        rows, _ = self.axis_scopes(fib, False)
+        cols, _ = self.axis_scopes(rows, False)
+        r, s = rows.var, cols.var
+        mine = self.emit(x, self.with_axis(oidx, axis, r), rows, False)
+        other = self.emit(x, self.with_axis(oidx, axis, s), cols, False)
+        rank = self.fresh("rank")
+        before = self.sort_before(other.code, mine.code, x.dtype, desc)
+        after = self.sort_before(mine.code, other.code, x.dtype, desc)
+        count = [f"if ({before} || (!{after} && {s} < {r})) {{ {rank} = {rank} + 1; }}"]
+        at = self.offset(c.shape, self.with_axis(oidx, axis, rank))
+        tail = [self.mutable(rank, self.COUNT_T, "0"),
+                *self.along(cols, cols, n, False, count, False),
+                *(f"{self.element(d, at.code)} = {self.convert(r, c.dtype)};"
+                  for _, d in k.sinks)]
+        return self.along(rows, rows, n, False, tail, False)
 
     def stores(self, k: KernelPlan, x: Expr, off: Expr) -> list[str]:
         lines = self.store_lines(k, x, off)

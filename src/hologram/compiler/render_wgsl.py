@@ -43,11 +43,12 @@ import numpy as np
 from ..errors import DTypeError, ShapeError
 from ..isa.dtypes import DType
 from ..isa.dtypes import f32 as F32
-from ..isa.opcodes import Group, Op, group
+from ..isa.opcodes import MATH_UNARY, SPECIAL, Group, Op, group
 from ..isa.value import Value
+from . import attention_gpu, special_math
 from .render_c import ZERO, Expr, Scope
 from .render_gpu import GPURenderer
-from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
+from .schedule import AttentionPlan, BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
 
 WORKGROUP = 256  # invocations per workgroup for element-wise and row kernels
 TILE = 16  # GEMM: TILE x TILE invocations per workgroup, K staged TILE at a time
@@ -147,6 +148,281 @@ fn hg_erf(x: f32) -> f32 {
   let r = 1.0 - t * exp(p);
   return select(r, -r, x < 0.0);
 }""", ()),
+    "hg_log1p": ("""
+// log1p: 2 atanh(u), u = x / (2 + x), for x in (-0.3, 0.4) (no 1 + x, so no bits of x
+// lost; |u| < 0.18, the series to u^15 is exact in f32), hg_log(1 + x) elsewhere (no
+// cancellation there). Denormals and +-0 are their own log1p (drivers may flush them).
+fn hg_log1p(x: f32) -> f32 {
+  if (abs(x) < 1.17549435e-38) { return x; }
+  if (x > -0.3 && x < 0.4) {
+    let u = x / (2.0 + x);
+    let u2 = u * u;
+    return 2.0 * u * (1.0 + u2 * (1.0 / 3.0 + u2 * (0.2 + u2 * (1.0 / 7.0 + u2 * (1.0 / 9.0
+        + u2 * (1.0 / 11.0 + u2 * (1.0 / 13.0 + u2 / 15.0)))))));
+  }
+  return hg_log(1.0 + x);
+}""", ("hg_log",)),
+    "hg_expm1": ("""
+// expm1: the Taylor series for |x| < 0.7 (exp(x) - 1 cancels there; the terms to x^13
+// leave < 1e-13 relative), e^x - 1 elsewhere (at most twice exp's relative error: the
+// scaled exponential's, not the driver's); -1 below -18 (also at -inf), inf above 89.
+// Subnormals and +-0 are their own expm1.
+fn hg_expm1(x: f32) -> f32 {
+  if (hg_isnan(x) || abs(x) < 1.17549435e-38) { return x; }
+  if (x < -18.0) { return -1.0; }
+  if (x > 89.0) { return hg_bits(0x7f800000u); }
+  if (abs(x) < 0.7) {
+    return x * (1.0 + x * (0.5 + x * (1.6666666666666666e-01 + x * (4.1666666666666664e-02
+        + x * (8.3333333333333332e-03 + x * (1.3888888888888889e-03 + x * (1.9841269841269841e-04
+        + x * (2.4801587301587302e-05 + x * (2.7557319223985893e-06
+        + x * (2.7557319223985888e-07 + x * (2.5052108385441720e-08
+        + x * (2.0876756987868100e-09 + x * 1.6059043836821613e-10))))))))))));
+  }
+  return hg_exp_scaled(x, 0) - 1.0;
+}""", ("hg_isnan", "hg_bits", "hg_exp_scaled")),
+    "hg_fmod": ("""
+// C fmod, exact: the remainder of |x| by |y| by long division on the 24-bit integer
+// significands (subnormals normalized first), with x's sign. WGSL's % on floats is
+// x - y * trunc(x / y), which rounds.
+fn hg_fmod(x: f32, y: f32) -> f32 {
+  if (hg_isnan(x) || hg_isnan(y) || hg_isinf(x) || y == 0.0) { return hg_bits(0x7fc00000u); }
+  let bx = bitcast<u32>(x) & 0x7fffffffu;
+  let by = bitcast<u32>(y) & 0x7fffffffu;
+  if (hg_isinf(y) || bx < by) { return x; }
+  var ex = i32(bx >> 23u);
+  var ey = i32(by >> 23u);
+  var mx = bx & 0x7fffffu;
+  var my = by & 0x7fffffu;
+  if (ex == 0) { ex = 1; while (mx < 0x800000u) { mx = mx << 1u; ex = ex - 1; } }
+  else { mx = mx | 0x800000u; }
+  if (ey == 0) { ey = 1; while (my < 0x800000u) { my = my << 1u; ey = ey - 1; } }
+  else { my = my | 0x800000u; }
+  var r = mx;
+  for (var e = ex; e > ey; e--) {
+    if (r >= my) { r = r - my; }
+    r = r << 1u;
+  }
+  if (r >= my) { r = r - my; }
+  // r * 2^(ey - 150) is exact in f32 (a multiple of y's last bit, below |y|): built
+  // from bits, so a subnormal result stays one (drivers flush subnormal arithmetic)
+  var bits = 0u;
+  if (r != 0u) {
+    var e = ey;
+    while (r < 0x800000u) { r = r << 1u; e = e - 1; }
+    bits = select(r >> u32(1 - e), (u32(e) << 23u) | (r & 0x7fffffu), e >= 1);
+  }
+  return bitcast<f32>(bits | (bitcast<u32>(x) & 0x80000000u));
+}""", ("hg_isnan", "hg_isinf", "hg_bits")),
+    "hg_tan": ("""
+// tan as sin / cos of the exactly reduced argument (hg_sin/hg_cos): drivers' tan is bounded
+// only near 0.
+fn hg_tan(x: f32) -> f32 { return hg_sin(x) / hg_cos(x); }""", ("hg_sin", "hg_cos")),
+    "hg_asin_core": ("""
+// asin on [-0.5, 0.5]: Cephes' asinf polynomial in x^2 (relative error < 2.5e-7).
+fn hg_asin_core(x: f32) -> f32 {
+  let z = x * x;
+  return ((((4.2163199048e-2 * z + 2.4181311049e-2) * z + 4.5470025998e-2) * z
+      + 7.4953002686e-2) * z + 1.6666752422e-1) * z * x + x;
+}""", ()),
+    "hg_asin": ("""
+// asin: the core on |x| <= 0.5, pi/2 - 2 asin(sqrt((1 - |x|) / 2)) above (Cephes' asinf);
+// NaN outside [-1, 1].
+fn hg_asin(x: f32) -> f32 {
+  let a = abs(x);
+  if (!(a <= 1.0)) { return hg_bits(0x7fc00000u); }
+  if (a <= 0.5) { return hg_asin_core(x); }
+  let r = 1.5707963267948966 - 2.0 * hg_asin_core(sqrt(0.5 * (1.0 - a)));
+  return select(r, -r, x < 0.0);
+}""", ("hg_asin_core", "hg_bits")),
+    "hg_acos": ("""
+// acos (Cephes' acosf): 2 asin(sqrt((1 - x) / 2)) for x > 0.5, pi - that of -x for
+// x < -0.5, pi/2 - asin(x) between.
+fn hg_acos(x: f32) -> f32 {
+  if (!(abs(x) <= 1.0)) { return hg_bits(0x7fc00000u); }
+  if (x > 0.5) { return 2.0 * hg_asin_core(sqrt(0.5 * (1.0 - x))); }
+  if (x < -0.5) { return 3.141592653589793 - 2.0 * hg_asin_core(sqrt(0.5 * (1.0 + x))); }
+  return 1.5707963267948966 - hg_asin_core(x);
+}""", ("hg_asin_core", "hg_bits")),
+    "hg_atan": ("""
+// atan (Cephes' atanf): |x| reduced to [0, tan(pi/8)] by pi/2 - atan(1/x) and
+// pi/4 + atan((x - 1) / (x + 1)), then an odd polynomial (relative error < 2e-7).
+fn hg_atan(x: f32) -> f32 {
+  if (hg_isnan(x)) { return x; }
+  var a = abs(x);
+  var y = 0.0;
+  if (a > 2.414213562373095) {
+    y = 1.5707963267948966;
+    a = -1.0 / a;
+  } else if (a > 0.4142135623730950) {
+    y = 0.7853981633974483;
+    a = (a - 1.0) / (a + 1.0);
+  }
+  let z = a * a;
+  y = y + ((((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z
+      - 3.33329491539e-1) * z * a + a);
+  return select(y, -y, (bitcast<u32>(x) & 0x80000000u) != 0u);  // atan(-0) is -0
+}""", ("hg_isnan",)),
+    "hg_atan2": ("""
+// atan2(y, x) with C99's special cases (signed zeros, infinities) decided on bits, then
+// atan(|y / x|) placed in the quadrant (y / x overflowing or underflowing is harmless).
+fn hg_atan2(y: f32, x: f32) -> f32 {
+  if (hg_isnan(x) || hg_isnan(y)) { return hg_bits(0x7fc00000u); }
+  let yneg = (bitcast<u32>(y) & 0x80000000u) != 0u;
+  let xneg = (bitcast<u32>(x) & 0x80000000u) != 0u;
+  var r: f32;
+  if (y == 0.0) {
+    r = select(0.0, 3.141592653589793, xneg);
+  } else if (hg_isinf(y)) {
+    r = select(select(1.5707963267948966, 0.7853981633974483, hg_isinf(x) && !xneg),
+               2.356194490192345, hg_isinf(x) && xneg);
+  } else if (x == 0.0) {
+    r = 1.5707963267948966;
+  } else if (hg_isinf(x)) {
+    r = select(0.0, 3.141592653589793, xneg);
+  } else {
+    let a = hg_atan(abs(y) / abs(x));
+    r = select(a, 3.141592653589793 - a, xneg);
+  }
+  return select(r, -r, yneg);
+}""", ("hg_isnan", "hg_isinf", "hg_atan", "hg_bits")),
+    "hg_exp_scaled": ("""
+// e^x * 2^s for |x| <= 170: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite: ln2 in two
+// parts, k ln2_hi exact), exp(r) by the intrinsic, 2^(k + s) as two exact powers built
+// from bits. Drivers' exp(x) is exp2(x log2 e), whose rounded product costs |x| * 6e-8
+// of relative error (4e-6 at 60), and their exp2 is not exact at integers; this keeps
+// exp's error of a small argument. s lets e^x / 2 stay finite where e^x overflows.
+fn hg_exp_scaled(x: f32, s: i32) -> f32 {
+  let k = round(x * 1.4426950408889634);
+  // the first difference is opaque (hg_z) so no reassociation merges ln2's two parts
+  let r = bitcast<f32>(bitcast<u32>(x - k * 0.693145751953125) ^ hg_z)
+      - k * 1.4286068203094172e-06;
+  let e = i32(k) + s;
+  let h = e / 2;
+  return (exp(r) * bitcast<f32>(u32(h + 127) << 23u)) * bitcast<f32>(u32(e - h + 127) << 23u);
+}""", ()),
+    "hg_sinh": ("""
+// sinh: an odd series for |x| < 1 (the exponentials cancel there), (e - 1/e) / 2 up to
+// |x| = 20, e^|x| / 2 above (computed as one scaled exponential: finite up to sinh's own
+// overflow, which comes after e^|x|'s).
+fn hg_sinh(x: f32) -> f32 {
+  let a = abs(x);
+  if (a < 1.0) {
+    let z = x * x;
+    return x + x * z * (1.6666666666666666e-01 + z * (8.3333333333333332e-03
+        + z * (1.9841269841269841e-04 + z * (2.7557319223985893e-06
+        + z * (2.5052108385441720e-08 + z * 1.6059043836821613e-10)))));
+  }
+  var r: f32;
+  if (!(a < 90.0)) {  // sinh overflows from 89.42 on
+    r = a * hg_bits(0x7f800000u);  // inf, or NaN for NaN
+  } else if (a < 20.0) {
+    let e = hg_exp_scaled(a, 0);
+    r = 0.5 * (e - 1.0 / e);
+  } else {
+    r = hg_exp_scaled(a, -1);
+  }
+  return select(r, -r, x < 0.0);
+}""", ("hg_exp_scaled", "hg_bits")),
+    "hg_cosh": ("""
+// cosh: (e + 1/e) / 2 up to |x| = 20, e^|x| / 2 above (one scaled exponential).
+fn hg_cosh(x: f32) -> f32 {
+  let a = abs(x);
+  if (!(a < 90.0)) { return a * hg_bits(0x7f800000u); }  // cosh overflows from 89.42 on
+  if (a < 20.0) {
+    let e = hg_exp_scaled(a, 0);
+    return 0.5 * (e + 1.0 / e);
+  }
+  return hg_exp_scaled(a, -1);
+}""", ("hg_exp_scaled", "hg_bits")),
+    "hg_asinh": ("""
+// asinh: log1p(a + a^2 / (1 + sqrt(1 + a^2))) (no cancellation near 0), log(a) + ln 2 for
+// a > 2^26 (a^2 would overflow), odd.
+fn hg_asinh(x: f32) -> f32 {
+  if (hg_isnan(x)) { return x; }
+  let a = abs(x);
+  var r: f32;
+  if (a > 67108864.0) {
+    r = hg_log(a) + 0.6931471805599453;
+  } else {
+    r = hg_log1p(a + a * a / (1.0 + sqrt(1.0 + a * a)));
+  }
+  return select(r, -r, (bitcast<u32>(x) & 0x80000000u) != 0u);
+}""", ("hg_isnan", "hg_log", "hg_log1p")),
+    "hg_acosh": ("""
+// acosh: log1p(t + sqrt(2t + t^2)) with t = x - 1 (exact near 1), log(x) + ln 2 for
+// x > 2^26; NaN below 1.
+fn hg_acosh(x: f32) -> f32 {
+  if (!(x >= 1.0)) { return hg_bits(0x7fc00000u); }
+  if (x > 67108864.0) { return hg_log(x) + 0.6931471805599453; }
+  let t = x - 1.0;
+  return hg_log1p(t + sqrt(2.0 * t + t * t));
+}""", ("hg_bits", "hg_log", "hg_log1p")),
+    "hg_atanh": ("""
+// atanh: log1p(2a / (1 - a)) / 2 (no cancellation near 0), odd; +-inf at +-1, NaN beyond.
+fn hg_atanh(x: f32) -> f32 {
+  let a = abs(x);
+  if (!(a <= 1.0)) { return hg_bits(0x7fc00000u); }
+  if (a < 1.17549435e-38) { return x; }
+  let r = 0.5 * hg_log1p(2.0 * a / (1.0 - a));
+  return select(r, -r, x < 0.0);
+}""", ("hg_bits", "hg_log1p")),
+    "hg_log2x": ("""
+// log2 with hg_log's edges: the intrinsic (exact at powers of two) outside [0.7, 1.4],
+// hg_log's series times log2(e) inside, where drivers bound log2 only absolutely.
+fn hg_log2x(x: f32) -> f32 {
+  if (hg_isnan(x) || x < 0.0) { return hg_bits(0x7fc00000u); }
+  if (x == 0.0) { return hg_bits(0xff800000u); }
+  if (x < 1.17549435e-38) { return log2(x * 16777216.0) - 24.0; }
+  if (x > 0.7 && x < 1.4) { return hg_log(x) * 1.4426950408889634; }
+  return log2(x);
+}""", ("hg_isnan", "hg_bits", "hg_log")),
+    "hg_log10": ("""
+fn hg_log10(x: f32) -> f32 { return hg_log(x) * 0.4342944819032518; }""", ("hg_log",)),
+    "hg_exp2": ("""
+// exp2 with the edges spelled out: 0 below -150, inf from 128 (drivers' may differ there).
+fn hg_exp2(x: f32) -> f32 {
+  if (x < -150.0) { return 0.0; }
+  if (x >= 128.0) { return hg_bits(0x7f800000u); }
+  return exp2(x);
+}""", ("hg_bits",)),
+    "hg_erfc": ("""
+// erfc: 1 - erf(x) below 0.5 (erf < 0.53 there: no cancellation), the Numerical Recipes
+// fit t exp(p) above (fractional error < 1.2e-7: the small tail keeps its digits),
+// 2 - erfc(-x) below -0.5.
+fn hg_erfc(x: f32) -> f32 {
+  if (hg_isnan(x)) { return x; }
+  let a = abs(x);
+  if (a < 0.5) { return 1.0 - hg_erf(x); }
+  if (a > 10.1) { return select(0.0, 2.0, x < 0.0); }  // erfc(10.1) is below f32's least
+  let t = 1.0 / (1.0 + 0.5 * a);
+  // e^(-a^2) as e^(-h^2) e^(-(a - h)(a + h)), h = a to 12 bits: h^2 is exact, so the
+  // rounding of a^2 (5e-6 relative at a = 9) does not reach the result
+  let h = bitcast<f32>(bitcast<u32>(a) & 0xfffff000u);
+  let p = -(a - h) * (a + h) - 1.26551223 + t * (1.00002368 + t * (0.37409196
+      + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398
+      + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+  let r = t * hg_exp_scaled(-h * h, 0) * exp(p);
+  return select(r, 2.0 - r, x < 0.0);
+}""", ("hg_isnan", "hg_erf", "hg_exp_scaled")),
+    "hg_hypot": ("""
+// hypot: the larger magnitude times sqrt(1 + r^2), r = smaller / larger (no overflow or
+// underflow of the squares); an infinite operand gives inf even beside NaN (C99).
+fn hg_hypot(x: f32, y: f32) -> f32 {
+  let a = abs(x);
+  let b = abs(y);
+  if (hg_isinf(a) || hg_isinf(b)) { return hg_bits(0x7f800000u); }
+  if (hg_isnan(a) || hg_isnan(b)) { return hg_bits(0x7fc00000u); }
+  let hi = max(a, b);
+  let lo = min(a, b);
+  if (hi == 0.0) { return 0.0; }
+  let r = lo / hi;
+  return hi * sqrt(1.0 + r * r);
+}""", ("hg_isnan", "hg_isinf", "hg_bits")),
+    "hg_copysign": ("""
+fn hg_copysign(x: f32, y: f32) -> f32 {
+  let s = select(bitcast<u32>(y) & 0x80000000u, 0u, hg_isnan(y));  // a NaN's sign: none
+  return bitcast<f32>((bitcast<u32>(x) & 0x7fffffffu) | s);
+}""", ("hg_isnan",)),
     "hg_mulhi": ("""
 fn hg_mulhi(a: u32, b: u32) -> u32 {
   let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
@@ -264,6 +540,7 @@ fn hg_prod_value(a: vec3<f32>) -> f32 {
   }
   return r * a.z;
 }""", ("hg_isfinite",)),
+    **special_math.WGSL_HELPERS,  # lgamma, digamma, zeta
 }
 
 # Element-wise templates: {0},{1},{2} operands. f32 spellings; f16 runs the helpers
@@ -281,6 +558,27 @@ TEMPLATES: dict[Op, str] = {
     Op.ERF: "hg_erf({0})",
     Op.SIN: "hg_sin({0})",
     Op.COS: "hg_cos({0})",
+    Op.FLOOR: "floor({0})",
+    Op.CEIL: "ceil({0})",
+    Op.TRUNC: "trunc({0})",
+    Op.RINT: "round({0})",  # WGSL's round breaks ties to even, as rint does
+    Op.LOG1P: "hg_log1p({0})",
+    Op.EXPM1: "hg_expm1({0})",
+    Op.TAN: "hg_tan({0})",
+    Op.ASIN: "hg_asin({0})",
+    Op.ACOS: "hg_acos({0})",
+    Op.ATAN: "hg_atan({0})",
+    Op.SINH: "hg_sinh({0})",
+    Op.COSH: "hg_cosh({0})",
+    Op.ASINH: "hg_asinh({0})",
+    Op.ACOSH: "hg_acosh({0})",
+    Op.ATANH: "hg_atanh({0})",
+    Op.LOG2: "hg_log2x({0})",
+    Op.LOG10: "hg_log10({0})",
+    Op.EXP2: "hg_exp2({0})",
+    Op.ERFC: "hg_erfc({0})",
+    Op.LGAMMA: "hg_lgamma({0})",
+    Op.DIGAMMA: "hg_digamma({0})",
     Op.ADD: "({0} + {1})",
     Op.SUB: "({0} - {1})",
     Op.MUL: "({0} * {1})",
@@ -288,6 +586,11 @@ TEMPLATES: dict[Op, str] = {
     Op.MIN: "hg_min({0}, {1})",
     Op.MAX: "hg_max({0}, {1})",
     Op.POW: "hg_pow({0}, {1})",
+    Op.FMOD: "hg_fmod({0}, {1})",
+    Op.ATAN2: "hg_atan2({0}, {1})",
+    Op.HYPOT: "hg_hypot({0}, {1})",
+    Op.COPYSIGN: "hg_copysign({0}, {1})",
+    Op.ZETA: "hg_zeta({0}, {1})",
     Op.CMPLT: "({0} < {1})",
     Op.CMPEQ: "({0} == {1})",
     Op.MAD: "({0} * {1} + {2})",
@@ -304,13 +607,15 @@ INT_TEMPLATES: dict[Op, str] = {
 }
 # Ops whose f16 form is computed by the f32 helper and rounded back.
 _F32_ONLY = {Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW,
-             Op.MIN, Op.MAX, Op.NEG}
+             Op.MIN, Op.MAX, Op.NEG, Op.LOG1P, Op.EXPM1, Op.FMOD, Op.ATAN2, Op.HYPOT,
+             Op.COPYSIGN, *MATH_UNARY, *SPECIAL}
 
 # How two partial results combine. Float max/min propagate NaN in the combine itself
 # (a NaN partial wins), so no separate NaN flag has to be reduced over the workgroup.
 # Math functions whose results are hidden from the driver's algebraic simplifier.
 _OPAQUE_RESULT = {Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN,
-                  Op.COS, Op.POW}
+                  Op.COS, Op.POW, Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT, Op.LOG1P, Op.EXPM1,
+                  Op.FMOD, Op.ATAN2, Op.HYPOT, Op.COPYSIGN, *MATH_UNARY, *SPECIAL}
 
 _COMBINE = {Op.RSUM: "{a} + {b}", Op.RPROD: "{a} * {b}",
             Op.RMAX: "select({a}, {b}, {b} > {a})", Op.RMIN: "select({a}, {b}, {b} < {a})"}
@@ -531,6 +836,52 @@ class WGSLRenderer(GPURenderer):
         if t == "bool":
             return f"({code} != {s}(0))"
         return f"{t}({code})"
+
+    # --- index ops (render_index's hooks in WGSL) --------------------------------------
+    def index_lines(self, name: str, code: str, n: int, site: int) -> list[str]:
+        """The index clamped into ``[0, n)``. WGSL kernels do not report a bad index
+        (a flag read back after every launch would make each launch wait): README's
+        limitations say so."""
+        return [f"let {name}: i32 = clamp(i32({code}), 0i, {n - 1}i);"]
+
+    def serial_loop(self, var: str, count: int | None, simd: bool) -> str:
+        return f"for (var {var}: i32 = 0; {var} < {count}; {var}++) {{"
+
+    def element(self, ref: BufRef, off: str) -> str:
+        return self.at(ref, off)
+
+    def convert(self, code: str, d: DType) -> str:
+        return f"{self.ctype(d)}({code})"
+
+    COUNT_T = "i32"
+
+    def sort_before(self, a: str, b: str, d: DType, descending: bool) -> str:
+        if d.kind != "f":
+            return super().sort_before(a, b, d, descending)
+        self.need("hg_isnan")
+        a, b = (a, b) if d.name == "f32" else (f"f32({a})", f"f32({b})")
+        if descending:
+            return f"((hg_isnan({a}) && !hg_isnan({b})) || {a} > {b})"
+        return f"(!hg_isnan({a}) && (hg_isnan({b}) || {a} < {b}))"
+
+    def mutable(self, name: str, t: str, init: str) -> str:
+        return f"var {name}: {t} = {init};"
+
+    def scan_type(self, d: DType) -> str:
+        return "f32" if d.kind == "f" else self.ctype(d)  # f16 accumulates in f32
+
+    def scan_literal(self, value: float, wide: str, d: DType) -> str:
+        return self.literal(value, F32) if d.kind == "f" else f"{int(value)}i"
+
+    def widen(self, code: str, wide: str) -> str:
+        return f"{wide}({code})"
+
+    def narrow(self, code: str, wide: str, d: DType) -> str:
+        t = self.ctype(d)
+        return code if t == wide else f"{t}({code})"
+
+    def combine_code(self, step: Op, a: str, b: str, d: DType) -> str:
+        return self.apply(step, d, [a, b])  # WGSL's i32 addition and product wrap
 
     # --- reductions ---------------------------------------------------------------------
     def phase(self, v: Value, idx: tuple[Expr, ...], cur: Scope, key: tuple) -> Expr:
@@ -796,6 +1147,8 @@ def render_wgsl(sched: Schedule, slots: dict[BufRef, int], f16: bool = False,
     for i, step in enumerate(sched.steps):
         if isinstance(step, KernelPlan):
             out.kernels.append(r.render_kernel(step))
+        elif isinstance(step, AttentionPlan):  # its own kernels (compiler/attention_gpu.py)
+            out.kernels.extend(attention_gpu.render_wgsl(r, step, f"attn{i}"))
         else:
             out.kernels.append(r.render_gemm(step, f"gemm{i}"))
     return out

@@ -28,7 +28,16 @@ import math
 import numpy as np
 
 from ..isa import builder as b
-from ..isa.opcodes import GROUP, MOVEMENT, Group, Op
+from ..isa.opcodes import (
+    ATTENTION_OPERANDS,
+    ATTENTION_PART,
+    GROUP,
+    MOVEMENT,
+    REDUCE_IDENTITY,
+    SCATTER_STEP,
+    Group,
+    Op,
+)
 from ..isa.value import Value
 from .rewrite import Bindings, Pat, Rule, const_scalar, order_key
 
@@ -239,6 +248,192 @@ STRENGTH_RULES: list[Rule] = [
 ]
 
 
+# --------------------------------------------------------------------------- empty arrays
+
+# The groups whose meaning on empty operands these rules settle. Ops of other groups are
+# left alone, and so is anything computed from them (folding would drop them): a gather
+# from an empty table into a non-empty result, or a scatter of values into an empty one,
+# is an index error, not an empty value, and its own checks must report it.
+_EMPTY_GROUPS = frozenset({Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY,
+                           Group.SELECT, Group.CAST, Group.REDUCE, Group.MOVEMENT,
+                           Group.CONCAT, Group.GEMM})
+EMPTY_KNOWN_OPS = frozenset(op for op, g in GROUP.items() if g in _EMPTY_GROUPS)
+_EMPTY_LEAVES = frozenset({Op.LDG, Op.CONST})
+
+
+def _only_known(v: Value) -> bool:
+    """Whether ``v`` is computed from known ops only (walked only for empty values)."""
+    return all(x.op in EMPTY_KNOWN_OPS or x.op in _EMPTY_LEAVES for x in v.walk())
+
+
+def _is_empty(v: Value) -> bool:
+    return v.size == 0
+
+
+def _empty_and_known(v: Value) -> bool:
+    return v.size == 0 and _only_known(v)
+
+
+def _reduces_nothing(v: Value) -> bool:
+    return v.size > 0 and v.srcs[0].size == 0 and _only_known(v)
+
+
+def _empty_inner(v: Value) -> bool:
+    return v.size > 0 and v.srcs[0].shape[-1] == 0 and _only_known(v)
+
+
+def _has_empty_part(v: Value) -> bool:
+    return v.size > 0 and any(p.size == 0 for p in v.srcs) and _only_known(v)
+
+
+def _empty_const(_: Bindings, node: Value) -> Value:
+    return b.const(0, node.dtype, node.shape)
+
+
+def _reduce_identity(_: Bindings, node: Value) -> Value:
+    ident = REDUCE_IDENTITY[node.op]
+    if node.dtype.kind == "i" and math.isinf(ident):  # the reference's initial for ints
+        info = np.iinfo(node.dtype.np_dtype)
+        ident = info.min if ident < 0 else info.max
+    return b.const(ident, node.dtype, node.shape)
+
+
+def _drop_empty_parts(_: Bindings, node: Value) -> Value:
+    return b.concat([p for p in node.srcs if p.size], node.attr("axis"))
+
+
+EMPTY_RULES: list[Rule] = [
+    Rule("empty_value", Pat(ops=EMPTY_KNOWN_OPS, where=_empty_and_known), _empty_const,
+         "a computed value with no elements is a constant of its shape: no kernel may "
+         "read or write it (an empty operand's pointer may be null)"),
+    Rule("empty_reduce", Pat(ops=frozenset(REDUCE_IDENTITY), where=_reduces_nothing),
+         _reduce_identity,
+         "a reduction over no elements is the reduction's identity (NumPy's initial: "
+         "sum 0, prod 1, max -inf, min +inf; an integer's min/max for ints)"),
+    Rule("empty_gemm", Pat(ops={Op.GEMM}, where=_empty_inner), _empty_const,
+         "a matrix product with inner size 0 is an empty sum: +0.0 everywhere"),
+    Rule("empty_concat_part", Pat(ops={Op.CONCAT}, where=_has_empty_part), _drop_empty_parts,
+         "a concat's empty parts contribute nothing: dropped (one part left is itself)"),
+]
+
+
+# --------------------------------------------------------------------------- attention
+
+ATTENTION_OPS = frozenset(op for op, g in GROUP.items() if g is Group.ATTENTION)
+
+
+def _attention_operand(v: Value, name: str) -> Value:
+    return v.srcs[ATTENTION_OPERANDS[ATTENTION_PART[v.op][0]].index(name)]
+
+
+def _no_keys_or_queries(v: Value) -> bool:
+    return v.size > 0 and 0 in (_attention_operand(v, "q").shape[-2],
+                                _attention_operand(v, "k").shape[-2])
+
+
+def _empty_features(v: Value) -> bool:
+    q, vv = _attention_operand(v, "q"), _attention_operand(v, "v")
+    return (v.size > 0 and 0 in (q.shape[-1], vv.shape[-1]) and q.shape[-2] > 0
+            and _attention_operand(v, "k").shape[-2] > 0)
+
+
+def _no_flow(_: Bindings, node: Value) -> Value:
+    """What an attention part is with no keys or no queries: every sum in it is empty
+    (+0.0), and dq and dk are such a sum times the scale (NaN for a NaN or infinite
+    scale, -0.0 for a negative one, as the reference's ``(ds @ k) * scale`` gives)."""
+    part = ATTENTION_PART[node.op][1]
+    scale = node.attr("scale")
+    with np.errstate(all="ignore"):
+        value = float(np.zeros((), node.dtype.np_dtype) * np.asarray(scale, node.dtype.np_dtype)
+                      ) if part in ("dq", "dk") else 0.0
+    return b.const(value, node.dtype, node.shape)
+
+
+def _unit_features(_: Bindings, node: Value) -> Value:
+    kind = ATTENTION_PART[node.op][0]
+    srcs = []
+    for name, x in zip((*ATTENTION_OPERANDS[kind], "mask"), node.srcs, strict=False):
+        if name in ("q", "k", "v", "dout", "out") and x.shape[-1] == 0:
+            x = b.const(0.0, x.dtype, (*x.shape[:-1], 1))
+        srcs.append(x)
+    return b.make(node.op, srcs, dict(node.attrs))
+
+
+ATTENTION_RULES: list[Rule] = [
+    Rule("empty_attention", Pat(ops=ATTENTION_OPS, where=_is_empty), _empty_const,
+         "an attention part with no elements is a constant of its shape (no step reads "
+         "or writes it)"),
+    Rule("attention_no_keys_or_queries", Pat(ops=ATTENTION_OPS, where=_no_keys_or_queries),
+         _no_flow,
+         "with no keys every row is dead (out 0, lse 0, dq an empty sum); with no queries "
+         "nothing flows to a key (dk, dv empty sums): the reference's values, so no step "
+         "runs on an empty operand"),
+    Rule("attention_unit_features", Pat(ops=ATTENTION_OPS, where=_empty_features),
+         _unit_features,
+         "an empty feature axis (E or Ev = 0) becomes one axis of zeros: a dot product over "
+         "no terms and over one term 0 * 0 are both +0.0, so scores, probabilities and "
+         "every gradient are unchanged, and no step reads an empty operand"),
+]
+
+
+# --------------------------------------------------------------------------- index ops
+
+_INDEX_VALUE_OPS = frozenset({Op.IOTA, Op.GATHER, Op.CUMSUM, Op.CUMPROD, Op.ARGSORT})
+# The largest integer each dtype holds exactly (with every smaller one).
+_EXACT_INT = {"f16": 2**11, "bf16": 2**8, "f32": 2**24, "f64": 2**53, "i32": 2**31 - 1,
+              "i64": 2**63 - 1}
+
+
+def _empty_index_value(v: Value) -> bool:
+    return v.size == 0
+
+
+def _unit_axis(v: Value) -> bool:
+    return v.shape[v.attr("axis")] == 1
+
+
+def _empty_src(v: Value) -> bool:
+    return v.srcs[2].size == 0
+
+
+def _iota_fits(v: Value) -> bool:
+    """cvt(iota) is an iota of the new dtype when every coordinate converts exactly."""
+    io = v.srcs[0]
+    limit = _EXACT_INT.get(v.dtype.name)
+    return limit is not None and io.shape[io.attr("axis")] - 1 <= limit
+
+
+def _zero(_: Bindings, node: Value) -> Value:
+    return b.const(0, node.dtype, node.shape)
+
+
+def _base(_: Bindings, node: Value) -> Value:
+    return node.srcs[0]
+
+
+def _iota_as(bd: Bindings, node: Value) -> Value:
+    return b.iota(node.shape, bd["i"].attr("axis"), node.dtype)
+
+
+INDEX_RULES: list[Rule] = [
+    Rule("index_empty", Pat(ops=_INDEX_VALUE_OPS, where=_empty_index_value), _zero,
+         "an iota, gather, scan or argsort with no elements is an empty constant (a gather "
+         "with no elements reads no index; one from an empty axis into a non-empty result "
+         "is an IndexError, which lowering raises, never folded)"),
+    Rule("iota_unit_axis", Pat(ops={Op.IOTA, Op.ARGSORT}, where=_unit_axis), _zero,
+         "an iota or argsort along an axis of size 1 is 0 everywhere (one element per "
+         "fiber: position 0)"),
+    Rule("scan_unit_axis", Pat(ops={Op.CUMSUM, Op.CUMPROD}, where=_unit_axis), _base,
+         "a scan along an axis of size 1 is its operand (-0.0 + x and 1 * x are x, also "
+         "rounded through f64)"),
+    Rule("scatter_empty_src", Pat(ops=frozenset(SCATTER_STEP), where=_empty_src), _base,
+         "a scatter of nothing is its base (no index to check)"),
+    Rule("cvt_iota", Pat(ops={Op.CVT}, srcs=(Pat(ops={Op.IOTA}, name="i"),), where=_iota_fits),
+         _iota_as, "cvt of an iota is the iota of the new dtype when every coordinate is "
+         "exact in it"),
+]
+
+
 # --------------------------------------------------------------------------- opt-in: pow
 
 def _mul_self(bd: Bindings, _: Value) -> Value:
@@ -253,7 +448,8 @@ POW_RULES: list[Rule] = [
 ]
 
 # Rules that are bit-exact against the reference interpreter.
-EXACT_RULES: list[Rule] = [*FOLD_RULES, *IDENTITY_RULES, *ORDER_RULES, *STRENGTH_RULES]
+EXACT_RULES: list[Rule] = [*EMPTY_RULES, *ATTENTION_RULES, *FOLD_RULES, *IDENTITY_RULES,
+                            *ORDER_RULES, *STRENGTH_RULES, *INDEX_RULES]
 # The canonical set, in the order they are tried on each instruction. The pow rules
 # are exact against a correctly rounded pow and so more accurate than NumPy's
 # AVX-512 power, which the reference uses: they differ from it by a few ulp.
@@ -262,15 +458,20 @@ CANONICAL_RULES: list[Rule] = [*EXACT_RULES, *POW_RULES]
 ALL_RULES: list[Rule] = CANONICAL_RULES
 
 RULE_SETS: dict[str, list[Rule]] = {
+    "empty": EMPTY_RULES,
+    "attention": ATTENTION_RULES,
     "fold": FOLD_RULES,
     "identity": IDENTITY_RULES,
+    "index": INDEX_RULES,
     "order": ORDER_RULES,
     "strength": STRENGTH_RULES,
     "pow": POW_RULES,
 }
 
 __all__ = [
-    "ALL_RULES", "CANONICAL_RULES", "ELEMENTWISE_OPS", "EXACT_RULES", "FOLD_RULES",
-    "IDENTITY_RULES",
+    "ATTENTION_RULES",
+    "ALL_RULES", "CANONICAL_RULES", "ELEMENTWISE_OPS", "EMPTY_KNOWN_OPS", "EMPTY_RULES",
+    "EXACT_RULES", "FOLD_RULES",
+    "IDENTITY_RULES", "INDEX_RULES",
     "ORDER_RULES", "POW_RULES", "RULE_SETS", "STRENGTH_RULES",
 ]

@@ -14,13 +14,14 @@ so the rule lives in one place.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..isa.dtypes import DType
-from ..isa.opcodes import ELEMENTWISE, MOVEMENT, Op, group
+from ..isa.dtypes import DType, i64
+from ..isa.opcodes import ATTENTION_PART, ELEMENTWISE, MOVEMENT, Group, Op, group
 from ..isa.program import Program
-from ..isa.value import Shape, Value
+from ..isa.value import Shape, Value, _attr_key, contiguous_strides
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,12 @@ class BufRef:
 
 @dataclass
 class KernelPlan:
-    """One loop nest computing ``sinks`` (value, destination) over ``value.shape``."""
+    """One loop nest computing ``sinks`` (value, destination) over ``value.shape``;
+    ``scratch``: temps only this kernel uses (a sort's keys and merge buffers)."""
 
     name: str
     sinks: list[tuple[Value, BufRef]]
+    scratch: list[BufRef] = field(default_factory=list)
 
 
 @dataclass
@@ -58,9 +61,39 @@ class GemmPlan:
 
 
 @dataclass
+class AttentionPlan:
+    """One fused attention step (``compiler/attention.py``): every part of one attention
+    computation the program uses (forward: out, lse; backward: dq, dk, dv), written by
+    one pass over the operands, which are read in place through their view chains.
+
+    Values are single-result, so the parts are sibling instructions with the same
+    operands and attributes; ``plan`` gives them one step, never one per part (that
+    would recompute the scores once per part)."""
+
+    name: str
+    kind: str  # 'forward' | 'backward' (opcodes.ATTENTION_OPERANDS)
+    srcs: tuple[Value, ...]
+    sinks: list[tuple[Value, BufRef]]  # (part, where it goes), like a kernel's
+    scratch: BufRef | None = None  # the CPU driver's per-thread blocks (a temp)
+    # id(part) -> its element strides in its sink's buffer, when the part is written
+    # straight into a stored permutation of it (absent: the part's own row-major layout)
+    layouts: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def part(self, name: str) -> tuple[Value, BufRef] | None:
+        """The sink of the part called ``name`` ('out', 'lse', 'dq', ...), if used."""
+        for v, ref in self.sinks:
+            if ATTENTION_PART[v.op][1] == name:
+                return v, ref
+        return None
+
+
+Step = KernelPlan | GemmPlan | AttentionPlan
+
+
+@dataclass
 class Schedule:
     program: Program
-    steps: list[KernelPlan | GemmPlan] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     buffers: dict[int, BufRef] = field(default_factory=dict)  # id(value) -> where it lives
     temps: list[BufRef] = field(default_factory=list)
 
@@ -142,6 +175,8 @@ def plan(program: Program, forced: set[int]) -> Schedule:
 
     users = users_of(program)
     claimed: set[int] = set()  # values a GEMM result is already computed in place of
+    attention: dict[tuple, AttentionPlan] = {}  # one step per attention computation
+    written: dict[int, Value] = {}  # stored views an attention step writes in place
 
     for v in program.instructions:
         if v.op is Op.STG:
@@ -169,16 +204,148 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                     claimed.add(id(into))
                     homes[id(v)] = ref
             bufs[id(v)] = home(v)
-            sched.steps.append(GemmPlan(v, bufs[id(v)]))
+            if v.size:
+                sched.steps.append(GemmPlan(v, bufs[id(v)]))
             copies = stored.get(id(v), [])[1:]
+        elif group(v.op) is Group.ATTENTION:
+            _need_views(v, bufs, forced)
+            through = None if id(v) in stored or id(v) in forced else \
+                _stored_through(v, users, stored)
+            if through is None:
+                bufs[id(v)] = home(v)
+                sink, strides = bufs[id(v)], None
+            else:  # the part is written straight into the stored view of it
+                u, strides = through
+                sink = home(u)
+                written[id(u)] = v
+            kind = ATTENTION_PART[v.op][0]
+            key = (kind, tuple(map(id, v.srcs)), tuple((k, _attr_key(x)) for k, x in v.attrs))
+            step = attention.get(key)
+            if step is None and v.size:
+                step = AttentionPlan(f"a{len(sched.steps)}", kind, v.srcs, [])
+                step.scratch = _attention_scratch(step, sched)
+                attention[key] = step
+                sched.steps.append(step)
+            if step is not None:  # the first part, or a sibling the same step writes too
+                step.sinks.append((v, sink))
+                if strides is not None:
+                    step.layouts[id(v)] = strides
+            copies = stored.get(id(v), [])[1:]
+        elif id(v) in written:  # an attention step wrote it (above): only extra copies
+            bufs[id(v)] = home(v)
+            copies = stored[id(v)][1:]
         elif id(v) in forced or id(v) in stored:
             bufs[id(v)] = home(v)
             copies = stored.get(id(v), [bufs[id(v)]])
         else:
             continue
-        if copies:
-            sched.steps.append(KernelPlan(f"k{len(sched.steps)}", [(v, d) for d in copies]))
+        # A value with no elements keeps its (empty) buffer but gets no step: a kernel
+        # over it would only read or write memory that is not there (an empty tensor's
+        # pointer may be null). So a program whose results are all empty launches nothing.
+        if copies and v.size:
+            kp = KernelPlan(f"k{len(sched.steps)}", [(v, d) for d in copies])
+            if group(v.op) is Group.SORT:
+                kp.scratch = _sort_scratch(v, sched)
+            sched.steps.append(kp)
     return sched
+
+
+def _sort_scratch(v: Value, sched: Schedule) -> list[BufRef]:
+    """Temps for an ARGSORT kernel (``render_index.sort_kernel``): every fiber's keys in
+    the operand's dtype, and two i64 position buffers for the merge passes. Each fiber
+    owns its own stretch of each, so threads never share one; sized by the planner, so
+    a launch allocates them like any temp (no allocation inside a kernel)."""
+    refs = [BufRef("tmp", len(sched.temps), v.srcs[0].dtype, (v.size,)),
+            BufRef("tmp", len(sched.temps) + 1, i64, (2 * v.size,))]
+    sched.temps.extend(refs)
+    return refs
+
+
+def _attention_scratch(step: AttentionPlan, sched: Schedule) -> BufRef:
+    """A temp for the CPU driver's per-thread blocks (``compiler/attention.py``): sized
+    by the planner, so a launch allocates it like any temp (a MemoryError in Python, not
+    a failed malloc inside a kernel). GPU backends bind only the slots their kernels use."""
+    from .attention import max_threads, operands, scratch_elements
+
+    ops = operands(step)
+    q = ops["q"]
+    n = scratch_elements(step.kind == "backward", q.shape[-2], ops["k"].shape[-2],
+                         ops["v"].shape[-1], math.prod(q.shape[:-2])) * max_threads()
+    ref = BufRef("tmp", len(sched.temps), step.srcs[0].dtype, (n,))
+    sched.temps.append(ref)
+    return ref
+
+
+def _stored_through(v: Value, users: dict[int, list[Value]], stored: dict[int, list[BufRef]]
+                    ) -> tuple[Value, tuple[int, ...]] | None:
+    """(u, strides): when ``v``'s only reader is a chain of reshapes and permutes ending at a
+    stored value ``u`` (each link read once), the strides of ``v``'s elements inside
+    ``u``'s row-major buffer, so the step computing ``v`` writes ``u`` in place.
+
+    Models hand attention's output and gradients to PyTorch as ``[B, L, H, E]`` memory
+    (traced strides): stored as ``permute(reshape(out))``, each would otherwise be a
+    temp the size of the output and a copy kernel. The last stride must be 1 for a
+    matrix part (BLAS writes rows), any for ``lse`` (a vector)."""
+    from .gemm_layout import nocopy_reshape
+
+    chain = []
+    u = v
+    while not chain or id(u) not in stored:
+        readers = users.get(id(u), [])
+        if len(readers) != 1 or readers[0].op not in (Op.RESHAPE, Op.PERMUTE):
+            return None
+        u = readers[0]
+        chain.append(u)
+    strides = contiguous_strides(u.shape)
+    for link in reversed(chain):  # back from u's layout to v's
+        src = link.srcs[0]
+        if link.op is Op.PERMUTE:
+            inner = [0] * src.ndim
+            for d, p in enumerate(link.attr("perm")):
+                inner[p] = strides[d]
+            strides = tuple(inner)
+        else:
+            new = nocopy_reshape(link.shape, strides, src.shape)
+            if new is None:
+                return None
+            strides = new
+    if ATTENTION_PART[v.op][1] != "lse" and v.shape[-1] > 1 and strides[-1] != 1:
+        return None
+    return u, strides
+
+
+def _need_views(v: Value, bufs: dict[int, BufRef], forced: set[int]) -> None:
+    """Make every operand of ``v`` a view chain over a buffer (a library step reads it in
+    place): the computed value under a chain that is not gets a buffer (not the view:
+    materializing a transposed view would copy it through a strided loop)."""
+    for s in v.srcs:
+        if not is_view_chain(s, bufs):
+            root = view_root(s, bufs)
+            forced.add(id(root))
+            raise NeedsMaterialize(root)
+
+
+def step_operands(step: Step, sched: Schedule) -> list[Value]:
+    """The materialized values ``step`` reads (the buffers under its expressions, or
+    under a GEMM's operand views) and those it writes, each once."""
+    if isinstance(step, GemmPlan):
+        return [*(view_root(s, sched.buffers) for s in step.value.srcs), step.value]
+    out: dict[int, Value] = {}
+    stack: list[Value] = []
+    for v, _ in step.sinks:
+        out[id(v)] = v
+        stack.extend(v.srcs if v.op not in (Op.LDG, Op.GEMM) else [v])  # else: a copy
+    seen: set[int] = set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if id(x) in sched.buffers:
+            out[id(x)] = x
+            continue
+        stack.extend(x.srcs)
+    return list(out.values())
 
 
 def users_of(program: Program) -> dict[int, list[Value]]:

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ShapeError, VerifyError
 from . import dtypes
 from .dtypes import DType, to_dtype
-from .opcodes import Op
+from .opcodes import SCATTER_STEP, Op
 from .value import Shape, Value
 from .verify import RuleError, infer, normalize_axes
 
@@ -187,6 +187,129 @@ def matmul(a: Value, b: Value) -> Value:
     return reshape(r, (*batch, *(() if row else (m,)), *(() if col else (n,))))
 
 
+def _one_axis(op: Op, axis: int, ndim: int) -> int:
+    try:
+        (a,) = normalize_axes((axis,), ndim)
+    except RuleError as e:
+        raise VerifyError(f"{op}: {e}") from None
+    return a
+
+
+def iota(shape: Shape, axis: int, dtype: DType | str) -> Value:
+    """Each element's coordinate along ``axis`` (NumPy: ``arange`` broadcast along it);
+    element-wise, so kernels compute it from their loop index and read no memory."""
+    shape = tuple(int(s) for s in shape)
+    return make(Op.IOTA, (), {"axis": _one_axis(Op.IOTA, axis, len(shape))},
+                to_dtype(dtype), shape)
+
+
+def gather(x: Value, idx: Value, axis: int) -> Value:
+    """``np.take_along_axis(x, idx, axis)`` (torch.gather): ``idx`` is i32 or i64, of
+    ``x``'s rank and no larger off ``axis``; the result has ``idx``'s shape. Indices
+    outside ``[0, x.shape[axis])`` raise IndexError when the program runs."""
+    return make(Op.GATHER, (x, idx), {"axis": _one_axis(Op.GATHER, axis, x.ndim)})
+
+
+def scatter_add(base: Value, idx: Value, src: Value, axis: int) -> Value:
+    """``base`` with ``src[j]`` added at ``j`` whose ``axis`` coordinate is ``idx[j]``
+    (torch.scatter_add; ``np.add.at``): duplicates add up, in ascending ``j[axis]``."""
+    return make(Op.SCATTER_ADD, (base, idx, src),
+                {"axis": _one_axis(Op.SCATTER_ADD, axis, base.ndim)})
+
+
+def scatter(base: Value, idx: Value, src: Value, axis: int) -> Value:
+    """``base`` with ``src[j]`` written at ``j`` whose ``axis`` coordinate is ``idx[j]``
+    (torch.scatter); among duplicates the largest ``j[axis]`` wins (deterministic)."""
+    return make(Op.SCATTER, (base, idx, src), {"axis": _one_axis(Op.SCATTER, axis, base.ndim)})
+
+
+#: The scatter instruction of each combining step (opcodes.SCATTER_STEP inverted).
+SCATTER_BY_STEP: dict[Op | None, Op] = {step: op for op, step in SCATTER_STEP.items()}
+
+
+def scatter_combine(base: Value, idx: Value, src: Value, axis: int, step: Op) -> Value:
+    """``base`` with each ``src[j]`` combined by ``step`` (ADD, MUL, MAX or MIN: the
+    element first, then the update) into the element at ``j`` whose ``axis``
+    coordinate is ``idx[j]`` (``np.<ufunc>.at``; torch.scatter_reduce's sum, prod,
+    amax, amin with include_self): duplicates combine in ascending ``j[axis]``."""
+    op = SCATTER_BY_STEP.get(step)
+    if op is None or step is None:
+        raise VerifyError(f"no scatter combines by {step} (one of "
+                          f"{', '.join(str(s) for s in SCATTER_BY_STEP if s is not None)})")
+    return make(op, (base, idx, src), {"axis": _one_axis(op, axis, base.ndim)})
+
+
+def cumsum(x: Value, axis: int) -> Value:
+    """Inclusive prefix sums along ``axis`` (floats narrower than f64 add in f64)."""
+    return make(Op.CUMSUM, (x,), {"axis": _one_axis(Op.CUMSUM, axis, x.ndim)})
+
+
+def cumprod(x: Value, axis: int) -> Value:
+    """Inclusive prefix products along ``axis`` (floats narrower than f64 in f64)."""
+    return make(Op.CUMPROD, (x,), {"axis": _one_axis(Op.CUMPROD, axis, x.ndim)})
+
+
+def argsort(x: Value, axis: int, descending: bool = False, dtype: DType | str = "i64") -> Value:
+    """``np.argsort(x, axis, kind="stable")`` (torch.sort's indices with stable=True):
+    the positions along ``axis`` that sort each fiber; equal keys keep their order,
+    -0.0 equals 0.0, NaN sorts last (first with ``descending``, as in PyTorch)."""
+    return make(Op.ARGSORT, (x,), {"axis": _one_axis(Op.ARGSORT, axis, x.ndim),
+                                   "descending": bool(descending)}, to_dtype(dtype), x.shape)
+
+
+def take(x: Value, idx: Value, axis: int) -> Value:
+    """``np.take(x, idx, axis)``: ``x``'s slices along ``axis`` picked by an index of any
+    rank, the result ``x.shape[:axis] + idx.shape + x.shape[axis+1:]`` (embedding,
+    index_select). One GATHER over views: ``x`` gets ``idx``'s leading axes as broadcast
+    (size-1, expanded) axes and ``idx`` is broadcast over ``x``'s other axes, so the
+    kernel computes each index once per slice and reads nothing twice."""
+    a = _one_axis(Op.GATHER, axis, x.ndim)
+    k = idx.ndim
+    if k == 0:
+        idx = reshape(idx, (1,))
+        return reshape(take(x, idx, a), (*x.shape[:a], *x.shape[a + 1:]))
+    out = (*x.shape[:a], *idx.shape, *x.shape[a + 1:])
+    table = reshape(x, (*x.shape[:a], *(1,) * (k - 1), x.shape[a], *x.shape[a + 1:]))
+    table = expand(table, (*x.shape[:a], *idx.shape[:-1], x.shape[a], *x.shape[a + 1:]))
+    ind = reshape(idx, (*(1,) * a, *idx.shape, *(1,) * (x.ndim - a - 1)))
+    return gather(table, expand(ind, out), a + k - 1)
+
+
+def default_attention_scale(e: int) -> float:
+    """ATen's default softmax scale: 1/sqrt(E) in double (inf for E = 0, as in C++)."""
+    return 1.0 / math.sqrt(e) if e else math.inf
+
+
+def _attention_attrs(scale: float | None, causal: bool, e: int) -> dict:
+    return {"scale": float(default_attention_scale(e) if scale is None else scale),
+            "causal": bool(causal)}
+
+
+def attention(q: Value, k: Value, v: Value, mask: Value | None = None, *,
+              scale: float | None = None, causal: bool = False) -> tuple[Value, Value]:
+    """``(out, lse)`` of ``softmax(q k^T * scale + mask) v`` (``q [*b, L, E]``, ``k [*b, S,
+    E]``, ``v [*b, S, Ev]``, an additive ``mask [*b, L, S]``), ``lse`` the log-sum-exp of
+    each row of scores. Two values of one fused computation: the scheduler computes
+    whichever the program uses in one step. ``scale`` defaults to ``1/sqrt(E)``;
+    ``causal`` hides key ``j`` from query ``i`` when ``j > i``. The batch dims must be
+    equal (expand a broadcast one first: the backends read an EXPAND in place)."""
+    srcs = (q, k, v) if mask is None else (q, k, v, mask)
+    attrs = _attention_attrs(scale, causal, q.shape[-1] if q.ndim else 0)
+    return make(Op.ATTN, srcs, attrs), make(Op.ATTN_LSE, srcs, attrs)
+
+
+def attention_grads(dout: Value, q: Value, k: Value, v: Value, out: Value, lse: Value,
+                    mask: Value | None = None, *, scale: float | None = None,
+                    causal: bool = False) -> tuple[Value, Value, Value]:
+    """``(dq, dk, dv)``: the gradients of :func:`attention`'s ``out`` given ``dout``, from
+    the forward's ``out`` and ``lse`` (FlashAttention-2's backward: the probabilities
+    are recomputed from ``lse``, never stored). One fused step computes the parts a
+    program uses."""
+    srcs = (dout, q, k, v, out, lse) + (() if mask is None else (mask,))
+    attrs = _attention_attrs(scale, causal, q.shape[-1] if q.ndim else 0)
+    return tuple(make(op, srcs, attrs) for op in (Op.ATTN_DQ, Op.ATTN_DK, Op.ATTN_DV))
+
+
 Operand = Union["Var", Value, float, int, bool]
 
 
@@ -321,6 +444,33 @@ class Var:
     def cast(self, dtype: DType | str) -> Var:
         return Var(cast(self.v, dtype))
 
+    def gather(self, idx: Var, axis: int) -> Var:
+        return Var(gather(self.v, idx.v, axis))
+
+    def take(self, idx: Var, axis: int) -> Var:
+        return Var(take(self.v, idx.v, axis))
+
+    def scatter_add(self, idx: Var, src: Var, axis: int) -> Var:
+        """self is the base: a copy with ``src`` added at ``idx`` along ``axis``."""
+        return Var(scatter_add(self.v, idx.v, src.v, axis))
+
+    def scatter(self, idx: Var, src: Var, axis: int) -> Var:
+        """self is the base: a copy with ``src`` written at ``idx`` along ``axis``."""
+        return Var(scatter(self.v, idx.v, src.v, axis))
+
+    def scatter_combine(self, idx: Var, src: Var, axis: int, step: Op) -> Var:
+        """self is the base: a copy with ``src`` combined by ``step`` at ``idx``."""
+        return Var(scatter_combine(self.v, idx.v, src.v, axis, step))
+
+    def argsort(self, axis: int, descending: bool = False, dtype: DType | str = "i64") -> Var:
+        return Var(argsort(self.v, axis, descending, dtype))
+
+    def cumsum(self, axis: int) -> Var:
+        return Var(cumsum(self.v, axis))
+
+    def cumprod(self, axis: int) -> Var:
+        return Var(cumprod(self.v, axis))
+
     def __repr__(self) -> str:
         return f"Var({self.v!r})"
 
@@ -338,7 +488,9 @@ def program(fn, in_specs: Sequence[tuple[DType | str, Shape]], name: str = ""):
 
 
 __all__ = [
-    "Var", "broadcast_shape", "cast", "concat", "const", "dtypes", "elementwise", "expand", "gemm",
-    "ldg", "ldg_phi", "make", "matmul", "permute", "program", "reduce", "reshape", "slice",
-    "split", "stg", "stg_phi", "unary",
+    "argsort", "attention", "attention_grads", "default_attention_scale",
+    "Var", "broadcast_shape", "cast", "concat", "const", "cumprod", "cumsum", "dtypes",
+    "elementwise", "expand", "gather", "gemm", "iota", "ldg", "ldg_phi", "make", "matmul",
+    "permute", "program", "reduce", "reshape", "scatter", "scatter_add", "scatter_combine",
+    "slice", "split", "stg", "stg_phi", "take", "unary",
 ]

@@ -14,7 +14,17 @@ from typing import Any
 from ..errors import VerifyError
 from . import dtypes
 from .dtypes import DType
-from .opcodes import FLOAT_ONLY, Group, Op, arity, group
+from .opcodes import (
+    ATTENTION_OPERANDS,
+    ATTENTION_PART,
+    FLOAT_ONLY,
+    INDEX_DTYPES,
+    SCATTER_STEP,
+    Group,
+    Op,
+    arity,
+    group,
+)
 from .value import Shape, Value
 
 PHI_BOUNDS = (("class", 96), ("page", 48), ("byte", 256))
@@ -235,6 +245,136 @@ def _gemm(op, srcs, attrs, dtype, shape):
     return a.dtype, (*a.shape[:-1], b.shape[-1])
 
 
+def _axis_attr(op: Op, attrs: dict[str, Any], ndim: int) -> int:
+    """The ``axis=`` of an index op: an integer in [0, ndim) (rank >= 1)."""
+    axis = attrs.get("axis")
+    if ndim == 0:
+        raise RuleError(f"{op} needs operands of rank >= 1, got a scalar")
+    if not isinstance(axis, int) or isinstance(axis, bool) or not 0 <= axis < ndim:
+        raise RuleError(f"{op} needs axis= an axis in [0, {ndim}), got {axis!r}")
+    return axis
+
+
+def _iota(op, srcs, attrs, dtype, shape):
+    """Each element's coordinate along ``axis``, in the declared (numeric) dtype."""
+    _axis_attr(op, attrs, len(shape))
+    if dtype is None or dtype is dtypes.boolean:
+        raise RuleError(f"iota needs an integer or floating-point dtype, got {dtype}")
+    return dtype, shape
+
+
+def _index_operand(op: Op, idx: Value, ref: Value, axis: int, what: str) -> None:
+    """``idx`` is an integer array of ``ref``'s rank, no larger than ``ref`` off ``axis``
+    (torch.gather's rule: an index names its own coordinates on the other axes)."""
+    if idx.dtype.name not in INDEX_DTYPES:
+        raise RuleError(f"{op} index must be i32 or i64, got {idx.dtype}")
+    if idx.ndim != ref.ndim:
+        raise RuleError(f"{op} index {list(idx.shape)} and {what} {list(ref.shape)} differ "
+                        "in rank")
+    for d, (i, n) in enumerate(zip(idx.shape, ref.shape, strict=True)):
+        if d != axis and i > n:
+            raise RuleError(f"{op} index {list(idx.shape)} is larger than {what} "
+                            f"{list(ref.shape)} on axis {d} (only axis {axis} is indexed)")
+
+
+def _gather(op, srcs, attrs, dtype, shape):
+    """``out[j] = x[j with axis a replaced by idx[j]]``: x's dtype, idx's shape."""
+    x, idx = srcs
+    axis = _axis_attr(op, attrs, x.ndim)
+    _index_operand(op, idx, x, axis, "table")
+    return x.dtype, idx.shape
+
+
+def _scatter(op, srcs, attrs, dtype, shape):
+    """``base`` with ``src[j]`` written (SCATTER) or combined by the op's step (SCATTER_ADD,
+    _MUL, _MAX, _MIN: ``SCATTER_STEP``) at ``j`` with axis a replaced by ``idx[j]``:
+    base's dtype and shape."""
+    base, idx, src = srcs
+    axis = _axis_attr(op, attrs, base.ndim)
+    if src.dtype is not base.dtype:
+        raise RuleError(f"{op} src dtype {src.dtype} differs from base {base.dtype}")
+    if SCATTER_STEP[op] is not None and base.dtype is dtypes.boolean:
+        raise RuleError(f"{op} is not defined on bool")
+    _index_operand(op, idx, base, axis, "base")
+    if src.shape != idx.shape:
+        raise RuleError(f"{op} src {list(src.shape)} and index {list(idx.shape)} differ "
+                        "in shape")
+    return base.dtype, base.shape
+
+
+def _scan(op, srcs, attrs, dtype, shape):
+    """Inclusive prefix along ``axis``: same dtype and shape."""
+    x = srcs[0]
+    _axis_attr(op, attrs, x.ndim)
+    if x.dtype is dtypes.boolean:
+        raise RuleError(f"{op} is not defined on bool")
+    return x.dtype, x.shape
+
+
+def _sort(op, srcs, attrs, dtype, shape):
+    """ARGSORT: along ``axis``, each fiber's positions in stable sorted order (ascending:
+    NaN last; ``descending=True``: NaN first), in the declared index dtype; x's shape."""
+    x = srcs[0]
+    _axis_attr(op, attrs, x.ndim)
+    if not isinstance(attrs.get("descending"), bool):
+        raise RuleError(f"{op} needs descending= True or False, got "
+                        f"{attrs.get('descending')!r}")
+    if dtype is None or dtype.name not in INDEX_DTYPES:
+        raise RuleError(f"{op} gives i32 or i64 positions, declared {dtype}")
+    return dtype, x.shape
+
+
+def _attention(op, srcs, attrs, dtype, shape):
+    """One part of ``softmax(q k^T * scale + mask, causal) v`` or of its gradients.
+
+    Forward operands ``q [*b, L, E], k [*b, S, E], v [*b, S, Ev]``; backward operands
+    ``dout [*b, L, Ev], q, k, v, out [*b, L, Ev], lse [*b, L]``; either may end with a
+    mask ``[*b, L, S]`` that is added to the scores. The batch dims are equal: a
+    broadcast (GQA's shared KV heads, a mask over heads) is an explicit EXPAND, which
+    the backends read in place. ``scale=`` is a float, ``causal=`` a bool (query ``i``
+    sees keys ``j <= i``, ATen's top-left alignment)."""
+    kind, part = ATTENTION_PART[op]
+    names = ATTENTION_OPERANDS[kind]
+    if len(srcs) not in (len(names), len(names) + 1):
+        raise RuleError(f"{op} takes {len(names)} operands ({', '.join(names)}) and an "
+                        f"optional mask, got {len(srcs)}")
+    got = dict(zip(names, srcs, strict=False))
+    d = got["q"].dtype
+    for name, x in (*got.items(), *((("mask", srcs[-1]),) if len(srcs) > len(names) else ())):
+        if x.dtype is not d:
+            raise RuleError(f"{op} operand {name} is {x.dtype}, q is {d}")
+    if not d.is_float:
+        raise RuleError(f"{op} needs a floating-point dtype, got {d}")
+    q, k, v = got["q"], got["k"], got["v"]
+    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise RuleError(f"{op} needs q, k, v of one rank >= 2 ([*batch, L, E], [*batch, S, E], "
+                        f"[*batch, S, Ev]), got {list(q.shape)}, {list(k.shape)}, "
+                        f"{list(v.shape)}")
+    *batch, n_q, e = q.shape
+    n_k, ev = k.shape[-2], v.shape[-1]
+    want = {"k": (*batch, n_k, e), "v": (*batch, n_k, ev), "dout": (*batch, n_q, ev),
+            "out": (*batch, n_q, ev), "lse": (*batch, n_q), "mask": (*batch, n_q, n_k)}
+    checks = [(n, x) for n, x in got.items() if n != "q"]
+    if len(srcs) > len(names):
+        checks.append(("mask", srcs[-1]))
+    for name, x in checks:
+        if x.shape != want[name]:
+            raise RuleError(f"{op} operand {name} is {list(x.shape)}, expected "
+                            f"{list(want[name])} for q {list(q.shape)}, k {list(k.shape)}, "
+                            f"v {list(v.shape)} (expand broadcast dims first)")
+    scale, causal = attrs.get("scale"), attrs.get("causal")
+    if not isinstance(scale, float):
+        raise RuleError(f"{op} needs scale= a float, got {scale!r}")
+    if not isinstance(causal, bool):
+        raise RuleError(f"{op} needs causal= True or False, got {causal!r}")
+    if set(attrs) != {"scale", "causal"}:
+        raise RuleError(f"{op} takes the attributes scale= and causal=, got "
+                        f"{sorted(attrs)}")
+    parts = {"out": (*batch, n_q, ev), "lse": (*batch, n_q), "dq": (*batch, n_q, e),
+             "dk": (*batch, n_k, e), "dv": (*batch, n_k, ev)}
+    return d, parts[part]
+
+
 RULES: dict[Group, Callable[..., tuple[DType, Shape]]] = {
     Group.MEMORY: _memory,
     Group.CONST: _const,
@@ -248,6 +388,12 @@ RULES: dict[Group, Callable[..., tuple[DType, Shape]]] = {
     Group.MOVEMENT: _movement,
     Group.CONCAT: _concat,
     Group.GEMM: _gemm,
+    Group.ATTENTION: _attention,
+    Group.IOTA: _iota,
+    Group.GATHER: _gather,
+    Group.SCATTER: _scatter,
+    Group.SCAN: _scan,
+    Group.SORT: _sort,
 }
 
 

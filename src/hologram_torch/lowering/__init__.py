@@ -8,13 +8,28 @@ module each, so an op is found by what it does:
 ========================  ===============================================================
 module                    ops
 ========================  ===============================================================
-``elementwise``           arithmetic, comparisons, logic, activations, casts, copies
-``reductions``            sum, mean, amax/amin, var
+``elementwise``           arithmetic, comparisons, logic, activations, casts, copies;
+                          rounding, remainders (fmod, remainder, floor division), log1p,
+                          expm1, IEEE class tests, nan_to_num, tril/triu masks
+``reductions``            sum, mean, prod, amax/amin, max/min with indices, argmax/argmin,
+                          any/all, count_nonzero, nansum, var, cumsum/cumprod
 ``norms``                 softmax, log-softmax, layer norm
-``linalg``                mm, addmm, bmm, matmul
-``movement``              views, slices, split, cat
-``creation``              full, zeros, ones, fill
+``linalg``                mm, addmm, bmm, matmul, mv, dot
+``attention``             scaled-dot-product attention (ATen's fused CPU op), its backward
+``convolution``           convolution where windows do not overlap (a patch embedding: a GEMM)
+``movement``              views, slices, split, cat, stack, unbind, repeat, roll,
+                          constant_pad_nd
+``creation``              full, zeros, ones, fill, arange, linspace, logspace, eye
+``diagonal``              diagonal (a GATHER), diag_embed, diagonal_backward and
+                          diagonal_scatter (selects against IOTA masks)
+``index``                 embedding, index, index_select, gather, select, flip, scatter,
+                          index_put, index_add, slice/select_scatter (and backward)
+``sorting``               sort, topk, kthvalue, median, nanmedian (ARGSORT and GATHER),
+                          searchsorted, bucketize (counts of boundaries below)
+``distance``              cdist (forward and backward: a fused reduction per pair of rows)
+``segments``              segment_reduce and its backward (combining SCATTERs into segments)
 ``losses``                MSE, binary cross-entropy, NLL
+``checks``                metadata checks that compute nothing (_assert_tensor_metadata)
 ========================  ===============================================================
 
 How to add an op: in its family's module, write ``_name(ctx, *args, **kwargs) -> Var``
@@ -35,7 +50,23 @@ from typing import Any
 
 import torch
 
-from . import creation, elementwise, linalg, losses, movement, norms, reductions
+from . import (
+    attention,
+    checks,
+    convolution,
+    creation,
+    diagonal,
+    distance,
+    elementwise,
+    index,
+    linalg,
+    losses,
+    movement,
+    norms,
+    reductions,
+    segments,
+    sorting,
+)
 from .context import Ctx, Unsupported, isa_dtype
 
 __all__ = [
@@ -55,7 +86,8 @@ __all__ = [
 
 aten = torch.ops.aten
 
-FAMILIES = (elementwise, reductions, norms, linalg, movement, creation, losses)
+FAMILIES = (elementwise, reductions, norms, linalg, attention, convolution, movement, creation,
+            losses, checks, index, diagonal, sorting, distance, segments)
 
 
 def _assemble() -> dict[Any, Callable[..., Any]]:
@@ -80,6 +112,7 @@ NAMED_ROWS: dict[str, Callable[..., Any]] = {
 VIEW_OPS = frozenset({aten.t, aten.transpose, aten.permute, aten.view, aten.reshape,
                       aten._unsafe_view, aten.unsqueeze, aten.squeeze, aten.expand,
                       aten.slice, aten.narrow, aten.split, aten.split_with_sizes, aten.chunk,
+                      aten.select, aten.unbind, aten.diagonal, aten.as_strided,
                       aten.detach, aten.alias, aten.clone, aten.lift_fresh_copy})
 #: Ops eager PyTorch runs without launching work (views and aliases).
 FREE_IN_EAGER = VIEW_OPS - {aten.clone, aten.lift_fresh_copy}
@@ -91,7 +124,31 @@ DECOMPOSE = ("silu", "silu_backward", "hardtanh", "hardtanh_backward", "leaky_re
              "log_sigmoid_forward", "log_sigmoid_backward", "huber_loss",
              "huber_loss_backward", "smooth_l1_loss", "smooth_l1_loss_backward",
              "soft_margin_loss", "sgn", "expand_as", "masked_fill", "baddbmm", "addmv",
-             "native_dropout_backward")
+             "native_dropout_backward",
+             # element-wise ops whose decompositions are ATen ops of the table (checked
+             # by the OpInfo sweep: tests/opinfo_sweep.py)
+             "celu", "logit", "logit_backward", "xlogy", "logaddexp", "logaddexp2",
+             "deg2rad", "rad2deg", "hardswish_backward", "hardsigmoid_backward", "glu",
+             "glu_backward", "softshrink", "hardshrink", "threshold", "dist",
+             "special_xlog1py", "special_entr", "sinc", "mse_loss_backward",
+             "_prelu_kernel", "_prelu_kernel_backward", "addr",
+             # normalizations whose decompositions are reductions of the table
+             "native_group_norm", "native_group_norm_backward", "native_batch_norm",
+             "native_batch_norm_backward", "_native_batch_norm_legit",
+             "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training",
+             "_batch_norm_with_update", "_batch_norm_with_update_functional",
+             "batch_norm_backward", "_batch_norm_no_update", "expand_copy", "rot90",
+             # ops whose decompositions are views, GATHER/SCATTER indexing (index,
+             # index_put, gather, scatter), element-wise ops and reductions of the table
+             # (checked by the OpInfo sweep)
+             "_safe_softmax", "ldexp", "block_diag", "_chunk_cat", "linalg_cross", "renorm",
+             "index_copy", "index_fill", "take", "unfold", "unfold_copy", "unfold_backward",
+             "isin", "soft_margin_loss_backward", "reflection_pad1d", "reflection_pad2d",
+             "reflection_pad3d", "reflection_pad1d_backward", "reflection_pad2d_backward",
+             "reflection_pad3d_backward", "replication_pad1d", "replication_pad2d",
+             "replication_pad3d", "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate",
+             "im2col", "col2im", "nll_loss2d_forward", "nll_loss2d_backward",
+             "mvlgamma")
 
 
 def supported_ops() -> list[str]:

@@ -2,17 +2,15 @@
 hands a node back to PyTorch, and the helpers that turn ATen's arguments into ISA
 values of the right dtype.
 
-The context talks to the region being built only through :class:`RegionHooks`, so
-this package never imports the backend that uses it (the backend imports the
-package, and nothing points back).
+The context knows the node and its traced result only, never the region being
+built, so this package never imports the backend that uses it (the backend imports
+the package, and nothing points back).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 import torch
 import torch.fx
 
@@ -29,21 +27,12 @@ class Unsupported(Exception):
     """A node hologram cannot run; the message is the reason shown to the user."""
 
 
-class RegionHooks(Protocol):
-    """The two services a translator may ask of the region it is added to."""
-
-    def aux_input(self, key: tuple, make_array: Callable[[], np.ndarray]) -> Var: ...
-
-    def add_index_check(self, target: Var, n_classes: int, ignore_index: int) -> None: ...
-
-
 class Ctx:
     """What a translation function may ask about the node it translates."""
 
-    def __init__(self, node: torch.fx.Node, out: Any, region: RegionHooks) -> None:
+    def __init__(self, node: torch.fx.Node, out: Any) -> None:
         self.node = node
         self.out = out
-        self._region = region
 
     @property
     def out_dtype(self) -> DType:
@@ -55,15 +44,6 @@ class Ctx:
     def out_shape(self) -> tuple[int, ...]:
         info = self.out[0] if isinstance(self.out, tuple) else self.out
         return info.shape
-
-    def iota(self, n: int, dtype: DType) -> Var:
-        """0, 1, ..., n-1 as an input the region receives."""
-        return self._region.aux_input(("iota", n, dtype.name),
-                                      lambda: np.arange(n, dtype=dtype.np_dtype))
-
-    def check_index(self, target: Var, n_classes: int, ignore_index: int) -> None:
-        """Have the runtime check class indices as PyTorch does before running."""
-        self._region.add_index_check(target, n_classes, ignore_index)
 
 
 def isa_dtype(td: torch.dtype) -> DType:

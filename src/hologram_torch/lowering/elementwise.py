@@ -1,5 +1,11 @@
 """Element-wise ATen ops: arithmetic, comparisons, logic, activations and their
-backward formulas, casts and copies.
+backward formulas, casts and copies; rounding and remainders (ATen's own formulas over
+the ISA's FLOOR/TRUNC/RINT/FMOD, so they agree bit for bit), the libm functions, the
+IEEE class tests (comparisons: NaN is the value unequal to itself), and the tril/triu
+masks (IOTA comparisons).
+
+Integers ride in f64 inside a program, so a conversion to an integer dtype truncates
+explicitly (:func:`convert`).
 
 One translator per ATen op, ``ROWS`` maps each op to it (see
 :mod:`hologram_torch.lowering` for how a translator is written)."""
@@ -13,10 +19,11 @@ from typing import Any
 import torch
 
 from hologram.isa import dtypes
-from hologram.isa.builder import Var, elementwise
-from hologram.isa.opcodes import Op
+from hologram.isa.builder import Var, elementwise, iota
+from hologram.isa.opcodes import MATH_UNARY, Op
 from hologram.ops import composites
 
+from ..fx_info import INT_DTYPES
 from .context import Ctx, Unsupported, and_, as_var, isa_dtype, not_, or_, wider
 
 aten = torch.ops.aten
@@ -59,15 +66,42 @@ def compare(kind: str, a: Any, b: Any) -> Var:
     return forms[kind]()
 
 
-def _binary(fn: Callable[[Var, Var], Var]) -> Callable[..., Var]:
+#: Arithmetic on bool tensors is logic (PyTorch: True + True is True, x * y is x and y).
+_BOOL_FORMS: dict[str, Callable[[Var, Var], Var]] = {"add": or_, "mul": and_}
+
+
+def _binary(fn: Callable[[Var, Var], Var], name: str = "") -> Callable[..., Var]:
     def tr(ctx: Ctx, a: Any, b: Any, *, alpha: Any = 1) -> Var:
         d = ctx.out_dtype
         x, y = as_var(a, d), as_var(b, d)
+        if d is dtypes.boolean and name in _BOOL_FORMS and alpha in (1, True):
+            return _BOOL_FORMS[name](x, y)
         if alpha != 1:
             y = y * float(alpha)
         return fn(x, y)
 
     return tr
+
+
+#: ATen's CPU kernels for a float tensor to a scalar power special-case these exponents
+#: (PowKernel.cpp): computing them the same way gives eager's bits, and GPT-2's GELU
+#: (``pow(x, 3.0)``) multiplies instead of calling a vector pow per element.
+_POW_FORMS: dict[float, Callable[[Var], Var]] = {
+    2.0: lambda x: x * x,
+    3.0: lambda x: x * x * x,
+    -2.0: lambda x: 1.0 / (x * x),
+    -0.5: lambda x: x.rsqrt(),
+    -1.0: lambda x: x.recip(),
+}
+
+
+def _pow(ctx: Ctx, a: Any, b: Any) -> Var:
+    d = ctx.out_dtype
+    form = _POW_FORMS.get(float(b)) if isinstance(b, (int, float)) and isinstance(a, Var) \
+        and d.is_float else None
+    if form is not None:
+        return form(as_var(a, d))
+    return as_var(a, d) ** as_var(b, d)
 
 
 def _rsub(ctx: Ctx, a: Any, b: Any, *, alpha: Any = 1) -> Var:
@@ -76,11 +110,132 @@ def _rsub(ctx: Ctx, a: Any, b: Any, *, alpha: Any = 1) -> Var:
     return y - (x * float(alpha) if alpha != 1 else x)
 
 
+def unary_op(op: Op, x: Var) -> Var:
+    return Var(elementwise(op, x.v))
+
+
+def binary_op(op: Op, x: Var, y: Var) -> Var:
+    return Var(elementwise(op, x.v, y.v))
+
+
+def fmod(x: Var, y: Var) -> Var:
+    return binary_op(Op.FMOD, x, y)
+
+
+def remainder(x: Var, y: Var) -> Var:
+    """Python's ``%`` (the divisor's sign), as ATen computes it: C fmod, then ``+ y`` where
+    the remainder is nonzero and its sign differs from ``y``'s."""
+    mod = fmod(x, y)
+    fix = and_(not_(mod.eq(0.0)), not_((y < 0.0).eq(mod < 0.0)))
+    return fix.where(mod + y, mod)
+
+
+def floor_div(x: Var, y: Var) -> Var:
+    """``x // y`` as ATen's ``div_floor_floating``: ``(x - fmod(x, y)) / y`` corrected by
+    one where the remainder's sign differs from ``y``'s, floored and rounded to the
+    nearer integer; a zero quotient keeps the sign of ``x / y``; ``y == 0`` gives
+    ``x / y``."""
+    mod = fmod(x, y)
+    div = (x - mod) / y
+    div = and_(not_(mod.eq(0.0)), not_((y < 0.0).eq(mod < 0.0))).where(div - 1.0, div)
+    fl = unary_op(Op.FLOOR, div)
+    fl = ((div - fl) > 0.5).where(fl + 1.0, fl)
+    q = x / y
+    # copysign(0, x / y): 1 / -0 is -inf
+    zero = (q.recip() < 0.0).where(as_var(-0.0, q.dtype), as_var(0.0, q.dtype))
+    return y.eq(0.0).where(q, div.eq(0.0).where(zero, fl))
+
+
+#: div's rounding modes (ATen: no mode divides; "trunc" truncates the quotient).
+_DIV_MODES: dict[str | None, Callable[[Var, Var], Var]] = {
+    None: lambda x, y: x / y,
+    "trunc": lambda x, y: unary_op(Op.TRUNC, x / y),
+    "floor": floor_div,
+}
+
+
 def _div(ctx: Ctx, a: Any, b: Any, *, rounding_mode: str | None = None) -> Var:
-    if rounding_mode is not None:
-        raise Unsupported(f"div rounding_mode={rounding_mode!r} has no ISA form")
+    if rounding_mode not in _DIV_MODES:
+        raise Unsupported(f"div rounding_mode={rounding_mode!r}")
     d = ctx.out_dtype
-    return as_var(a, d) / as_var(b, d)
+    return _DIV_MODES[rounding_mode](as_var(a, d), as_var(b, d))
+
+
+def _signbit(ctx: Ctx, x: Var) -> Var:
+    """The sign bit (set for -0.0): copysign(1, x) < 0. False for every NaN: a NaN's sign
+    is no ISA value (see Op.COPYSIGN), where eager reads it (-nan gives True)."""
+    x = as_float(x)
+    return binary_op(Op.COPYSIGN, as_var(1.0, x.dtype).expand(x.shape), x) < 0.0
+
+
+def _nan_ignoring(x: Var, y: Var, method: str) -> Var:
+    """fmax/fmin: the other operand where one is NaN (NaN only where both are)."""
+    return isnan(x).where(y, isnan(y).where(x, getattr(x, method)(y)))
+
+
+def _binary_of(fn: Callable[[Var, Var], Var]) -> Callable[..., Var]:
+    """A binary ATen op computed by ``fn`` on both operands in the result's dtype."""
+
+    def tr(ctx: Ctx, a: Any, b: Any) -> Var:
+        d = ctx.out_dtype
+        return fn(as_var(a, d), as_var(b, d))
+
+    return tr
+
+
+def _binary_opcode(op: Op) -> Callable[..., Var]:
+    """A binary ATen op that is one ISA binary opcode."""
+    return _binary_of(lambda x, y: binary_op(op, x, y))
+
+
+#: Rounding of an integer is the integer itself.
+_INTEGRAL = frozenset({Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT})
+
+
+def _unary_opcode(op: Op) -> Callable[..., Var]:
+    """An ATen op that is one ISA unary opcode (integers: floor/ceil/trunc/round of an
+    integer is itself)."""
+
+    def tr(ctx: Ctx, x: Var) -> Var:
+        d = ctx.out_dtype
+        if op in _INTEGRAL and ctx.out.dtype in INT_DTYPES:
+            return x.cast(d)
+        return unary_op(op, x.cast(d))
+
+    return tr
+
+
+def _round(ctx: Ctx, x: Var, *, decimals: int = 0) -> Var:
+    """torch.round: half to even; with ``decimals``, ATen's ``rint(x * 10^d) / 10^d``
+    (``rint(x / 10^-d) * 10^-d`` for negative d), in the tensor's dtype."""
+    d = ctx.out_dtype
+    x = x.cast(d)
+    if ctx.out.dtype in INT_DTYPES:
+        return x
+    if decimals == 0:
+        return unary_op(Op.RINT, x)
+    scale = float(10.0 ** abs(decimals))
+    if decimals > 0:
+        return unary_op(Op.RINT, x * scale) / scale
+    return unary_op(Op.RINT, x / scale) * scale
+
+
+def _frac(ctx: Ctx, x: Var) -> Var:
+    x = x.cast(ctx.out_dtype)
+    return x - unary_op(Op.TRUNC, x)
+
+
+def _polygamma(ctx: Ctx, n: int, x: Var) -> Var:
+    """The n-th derivative of digamma: DIGAMMA for n = 0, else ATen's formula
+    ``(-1)^(n+1) n! zeta(n + 1, x)`` (n! exact here, where ATen rounds exp(lgamma))."""
+    x = x.cast(ctx.out_dtype)
+    if not isinstance(n, int) or n < 0:
+        raise Unsupported(f"polygamma of order {n!r}")
+    if n == 0:
+        return unary_op(Op.DIGAMMA, x)
+    order = as_var(float(n + 1), x.dtype).expand(x.shape)
+    scale = float(math.factorial(n)) * (1.0 if n % 2 else -1.0)
+    return binary_op(Op.ZETA, order, x) * scale
 
 
 def _unary(method: str) -> Callable[..., Var]:
@@ -131,7 +286,8 @@ def _threshold_backward(ctx: Ctx, grad: Var, x: Var, threshold: float) -> Var:
 def _copy(ctx: Ctx, x: Any, src: Any, non_blocking: bool = False) -> Var:
     """The functional ``copy``: ``src``'s values in ``x``'s dtype and shape (what
     functionalization makes of an in-place update of a temporary, e.g. ``addcmul_``)."""
-    return as_var(src, ctx.out_dtype).expand(ctx.out_shape)
+    value = convert(src, ctx.out.dtype) if isinstance(src, Var) else as_var(src, ctx.out_dtype)
+    return value.expand(ctx.out_shape)
 
 
 def _fma(ctx: Ctx, a: Any, b: Any, c: Any) -> Var:
@@ -142,25 +298,104 @@ def _fma(ctx: Ctx, a: Any, b: Any, c: Any) -> Var:
     return Var(elementwise(Op.FMA, x.v, y.v, z.v))
 
 
+def convert(x: Var, dst: torch.dtype) -> Var:
+    """``x`` converted to torch dtype ``dst`` as PyTorch converts: a float becomes an
+    integer by truncation toward zero. Integers ride in f64 inside a program, so the
+    cast alone would keep the fraction (an index ``2.7`` would stay ``2.7``); TRUNC of a
+    value that is already whole is the value itself."""
+    if dst in INT_DTYPES and x.dtype.is_float:
+        x = unary_op(Op.TRUNC, x)
+    return x.cast(isa_dtype(dst))
+
+
 def _to_copy(ctx: Ctx, x: Var, *args: Any, dtype: Any = None, device: Any = None,
              **kwargs: Any) -> Var:
     if device is not None and torch.device(device).type != "cpu":
         raise Unsupported(f"_to_copy to device {device} leaves host memory")
-    return x.cast(isa_dtype(ctx.out.dtype))
+    return convert(x, ctx.out.dtype)
 
 
 def _convert_element_type(ctx: Ctx, x: Var, dtype: Any) -> Var:
-    return x.cast(isa_dtype(ctx.out.dtype))
+    return convert(x, ctx.out.dtype)
+
+
+def as_float(x: Var) -> Var:
+    """``x`` as a float (bool and integer tensors compare and test as f32/f64)."""
+    return x if x.dtype.is_float else x.cast(dtypes.f32)
+
+
+def isnan(x: Var) -> Var:
+    """NaN is the one value not equal to itself (integers and bools never are)."""
+    return not_(x.eq(x)) if x.dtype.is_float else as_var(False, dtypes.boolean).expand(x.shape)
+
+
+#: The IEEE class tests as comparisons, exact for every value (NaN compares false).
+_CLASS_TESTS: dict[str, Callable[[Var], Var]] = {
+    "isnan": isnan,
+    "isinf": lambda x: abs(as_float(x)).eq(math.inf),
+    "isposinf": lambda x: as_float(x).eq(math.inf),
+    "isneginf": lambda x: as_float(x).eq(-math.inf),
+    "isfinite": lambda x: abs(as_float(x)) < math.inf,
+}
+
+
+def _class_test(kind: str) -> Callable[..., Var]:
+    def tr(ctx: Ctx, x: Var) -> Var:
+        return _CLASS_TESTS[kind](x)
+
+    return tr
+
+
+def _logical_xor(ctx: Ctx, a: Any, b: Any) -> Var:
+    p, q = as_var(a, dtypes.boolean), as_var(b, dtypes.boolean)
+    return Var(elementwise(Op.SEL, p.v, not_(q).v, q.v))
+
+
+def _nan_to_num(ctx: Ctx, x: Var, nan: float | None = 0.0, posinf: float | None = None,
+                neginf: float | None = None) -> Var:
+    d = ctx.out_dtype
+    x = x.cast(d)
+    if not d.is_float:
+        return x
+    info = torch.finfo(ctx.out.dtype)
+    hi = info.max if posinf is None else posinf
+    lo = info.min if neginf is None else neginf
+    y = x.eq(math.inf).where(float(hi), x.eq(-math.inf).where(float(lo), x))
+    return isnan(x).where(0.0 if nan is None else float(nan), y)
+
+
+def _heaviside(ctx: Ctx, x: Any, values: Any) -> Var:
+    """ATen's kernel: ``x == 0 ? values : x > 0`` (so NaN gives 0)."""
+    d = ctx.out_dtype
+    x, v = as_var(x, d), as_var(values, d)
+    return x.eq(0.0).where(v, (0.0 < x).cast(d))
+
+
+def _triangle(lower: bool) -> Callable[..., Var]:
+    """tril/triu: ``x`` where column - row <= diagonal (tril) or >= diagonal (triu) over
+    the last two dims, else 0. The coordinates are IOTA: no mask in memory."""
+
+    def tr(ctx: Ctx, x: Var, diagonal: int = 0) -> Var:
+        x = x.cast(ctx.out_dtype)
+        if x.ndim < 2:
+            raise Unsupported(f"{'tril' if lower else 'triu'} of a {x.ndim}-d tensor")
+        rows, cols = x.shape[-2:]
+        shape = (rows, cols)
+        offset = Var(iota(shape, 1, dtypes.f64)) - Var(iota(shape, 0, dtypes.f64))
+        keep = compare("le" if lower else "ge", offset, float(diagonal))
+        return keep.where(x, 0.0)
+
+    return tr
 
 
 # One row per ATen op (overload packet).
 ROWS: dict[Any, Callable[..., Any]] = {
-    aten.add: _binary(lambda x, y: x + y),
+    aten.add: _binary(lambda x, y: x + y, "add"),
     aten.sub: _binary(lambda x, y: x - y),
     aten.rsub: _rsub,
-    aten.mul: _binary(lambda x, y: x * y),
+    aten.mul: _binary(lambda x, y: x * y, "mul"),
     aten.div: _div,
-    aten.pow: _binary(lambda x, y: x ** y),
+    aten.pow: _pow,
     aten.maximum: _binary(lambda x, y: x.maximum(y)),
     aten.minimum: _binary(lambda x, y: x.minimum(y)),
     aten.exp: _unary("exp"),
@@ -201,6 +436,36 @@ ROWS: dict[Any, Callable[..., Any]] = {
     aten.le: lambda ctx, a, b: compare("le", a, b),
     aten.eq: lambda ctx, a, b: compare("eq", a, b),
     aten.ne: lambda ctx, a, b: compare("ne", a, b),
+    **{getattr(aten, kind): _class_test(kind) for kind in _CLASS_TESTS},
+    aten.logical_xor: _logical_xor,
+    aten.nan_to_num: _nan_to_num,
+    aten.heaviside: _heaviside,
+    aten.floor: _unary_opcode(Op.FLOOR),
+    aten.ceil: _unary_opcode(Op.CEIL),
+    aten.trunc: _unary_opcode(Op.TRUNC),
+    aten.fix: _unary_opcode(Op.TRUNC),
+    aten.round: _round,
+    aten.frac: _frac,
+    aten.log1p: _unary_opcode(Op.LOG1P),
+    aten.expm1: _unary_opcode(Op.EXPM1),
+    **{getattr(aten, op.value): _unary_opcode(op) for op in MATH_UNARY},  # tan ... erfc
+    aten.lgamma: _unary_opcode(Op.LGAMMA),
+    aten.digamma: _unary_opcode(Op.DIGAMMA),
+    aten.special_psi: _unary_opcode(Op.DIGAMMA),
+    aten.polygamma: _polygamma,
+    aten.special_zeta: _binary_opcode(Op.ZETA),
+    aten.atan2: _binary_opcode(Op.ATAN2),
+    aten.arctan2: _binary_opcode(Op.ATAN2),
+    aten.hypot: _binary_opcode(Op.HYPOT),
+    aten.copysign: _binary_opcode(Op.COPYSIGN),
+    aten.signbit: _signbit,
+    aten.fmax: _binary_of(lambda x, y: _nan_ignoring(x, y, "maximum")),
+    aten.fmin: _binary_of(lambda x, y: _nan_ignoring(x, y, "minimum")),
+    aten.fmod: _binary_of(fmod),
+    aten.remainder: _binary_of(remainder),
+    aten.floor_divide: _binary_of(floor_div),
+    aten.tril: _triangle(True),
+    aten.triu: _triangle(False),
 }
 
 # Rows for ops that exist only once another module registers them (Inductor's prims).

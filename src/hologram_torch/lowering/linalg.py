@@ -1,4 +1,5 @@
-"""Matrix products: mm, addmm, bmm and matmul, as (batched) GEMMs.
+"""Matrix products: mm, addmm, addbmm, bmm, matmul, mv and dot, as (batched) GEMMs;
+_trilinear (F.bilinear) as a fused product and sum.
 
 One translator per ATen op, ``ROWS`` maps each op to it (see
 :mod:`hologram_torch.lowering` for how a translator is written)."""
@@ -6,12 +7,12 @@ One translator per ATen op, ``ROWS`` maps each op to it (see
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from hologram.isa.builder import Var, make
+from hologram.isa.builder import Var, broadcast_shape, make
 from hologram.isa.opcodes import Op
 from hologram.isa.value import Value
 
@@ -87,10 +88,55 @@ def _matmul(ctx: Ctx, a: Var, b: Var) -> Var:
     return a.cast(d) @ b.cast(d)
 
 
+def _addbmm(ctx: Ctx, bias: Any, b1: Var, b2: Var, *, beta: Any = 1, alpha: Any = 1) -> Var:
+    """``beta * input + alpha * sum_b b1[b] @ b2[b]``: one GEMM over the batch and inner
+    dims merged (``[n, B m] @ [B m, p]``)."""
+    d = ctx.out_dtype
+    nb, n, m = b1.shape
+    p = b2.shape[-1]
+    lhs = b1.cast(d).permute((1, 0, 2)).reshape((n, nb * m))
+    r = lhs @ b2.cast(d).reshape((nb * m, p))
+    if alpha != 1:
+        r = r * float(alpha)
+    if beta == 0:
+        return r
+    c = as_var(bias, d).expand(ctx.out_shape)
+    return r + (c * float(beta) if beta != 1 else c)
+
+
+def _trilinear(ctx: Ctx, i1: Var, i2: Var, i3: Var, expand1: Sequence[int],
+               expand2: Sequence[int], expand3: Sequence[int], sumdim: Sequence[int],
+               unroll_dim: int = 1) -> Var:
+    """ATen's ``_trilinear`` (F.bilinear and its backward): each operand with unit dims
+    put in at its ``expand`` positions, the broadcast product summed over ``sumdim``:
+    one fused reduction (no GEMM; the product is never stored)."""
+    d = ctx.out_dtype
+    total = i1.ndim + len(expand1)
+
+    def spread(x: Var, expand: Sequence[int]) -> Var:
+        shape, it = [], iter(x.shape)
+        for k in range(total):
+            shape.append(1 if k in set(expand) else next(it))
+        return x.cast(d).reshape(tuple(shape))
+
+    a, b, c = spread(i1, expand1), spread(i2, expand2), spread(i3, expand3)
+    full = broadcast_shape(a.shape, b.shape, c.shape)
+    prod = a.expand(full) * b.expand(full) * c.expand(full)
+    if sumdim:
+        prod = prod.sum(tuple(sumdim))
+    return prod.reshape(ctx.out_shape)
+
+
 # One row per ATen op (overload packet).
 ROWS: dict[Any, Callable[..., Any]] = {
+    aten.addbmm: _addbmm,
+    aten._trilinear: _trilinear,
     aten.mm: _mm,
     aten.addmm: _addmm,
     aten.bmm: _bmm,
     aten.matmul: _matmul,
+    # vector products: the same GEMM with a 1-D operand (real dtypes: vdot is dot)
+    aten.mv: _matmul,
+    aten.dot: _matmul,
+    aten.vdot: _matmul,
 }

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from hologram.isa import dtypes
 from hologram.isa.builder import Var, const
 from hologram.ops import composites
 
@@ -68,33 +69,37 @@ def _bce_logits(ctx: Ctx, x: Var, t: Var, weight: Var | None = None,
     return loss_reduce(loss, reduction)
 
 
-def _nll_parts(ctx: Ctx, x: Var, target: Var, weight: Var | None,
+def _nll_parts(x: Var, target: Var, weight: Var | None,
                ignore_index: int) -> tuple[Var, Var, tuple[int, int]]:
-    """(one-hot mask, effective per-row weight, (rows, classes)) of a class-index target."""
+    """(class index per row as i64 [n, 1], effective per-row weight [n, 1], (rows,
+    classes)) of a class-index target.
+
+    Ignored rows index class 0 (their weight is 0); every other target is read by a
+    GATHER or SCATTER, which raises IndexError for a class outside ``[0, classes)`` as
+    PyTorch does, so no check runs before the program and targets computed inside it
+    (the shifted labels of a language model's loss) are checked too."""
     d = x.dtype
     if x.ndim not in (1, 2):
         raise Unsupported(f"nll_loss over {x.ndim}-D input (only 1-D or 2-D)")
     n, c = (1, x.shape[0]) if x.ndim == 1 else x.shape
-    ctx.check_index(target, c, int(ignore_index))
     tgt = target.reshape(n, 1)
-    onehot = ctx.iota(c, target.dtype).reshape(1, c).eq(tgt)  # (n, c) bool
     valid = not_(tgt.eq(float(ignore_index)))  # (n, 1)
+    idx = valid.where(tgt, 0.0).cast(dtypes.i64)
     if weight is not None:
-        w_row = onehot.where(weight.cast(d).reshape(1, c), 0.0).sum(1, keepdims=True)
+        w_row = weight.cast(d).reshape(1, c).expand((n, c)).gather(idx, 1)
     else:
         w_row = Var(const(1.0, d, (n, 1)))
     w_eff = valid.where(w_row, 0.0)  # (n, 1)
-    return onehot, w_eff, (n, c)
+    return idx, w_eff, (n, c)
 
 
 def _nll_loss_forward(ctx: Ctx, x: Var, target: Var, weight: Var | None, reduction: int,
                       ignore_index: int) -> tuple[Var, Var]:
     d = ctx.out_dtype
     x = x.cast(d)
-    onehot, w_eff, (n, c) = _nll_parts(ctx, x.reshape(-1, x.shape[-1]) if x.ndim else x,
-                                       target, weight, ignore_index)
-    x2 = x.reshape(n, c)
-    picked = onehot.where(x2, 0.0).sum(1, keepdims=True)  # (n, 1)
+    idx, w_eff, (n, c) = _nll_parts(x.reshape(-1, x.shape[-1]) if x.ndim else x,
+                                    target, weight, ignore_index)
+    picked = x.reshape(n, c).gather(idx, 1)  # (n, 1): one read per row, not a row sum
     per_row = -(picked * w_eff)
     total = w_eff.sum()
     red = int(reduction)
@@ -113,15 +118,16 @@ def _nll_loss_backward(ctx: Ctx, grad: Var, x: Var, target: Var, weight: Var | N
                        reduction: int, ignore_index: int, total_weight: Var) -> Var:
     d = ctx.out_dtype
     x = x.cast(d)
-    onehot, w_eff, (n, c) = _nll_parts(ctx, x, target, weight, ignore_index)
+    idx, w_eff, (n, c) = _nll_parts(x, target, weight, ignore_index)
     g = as_var(grad, d)
     red = int(reduction)
     if red == 0 and g.ndim > 0:
         g = g.reshape(n, 1)
     elif red == 1:
         g = g / total_weight.cast(d)
-    # d loss / d x[i, c] = -g_i * w[target_i] where c == target_i (and the row counts).
-    gi = onehot.where(-(g * w_eff), 0.0)
+    # d loss / d x[i, c] = -g_i * w[target_i] where c == target_i, zero elsewhere.
+    zeros = Var(const(0.0, d, (n, c)))
+    gi = zeros.scatter(idx, (-(g * w_eff)).expand((n, 1)), 1)
     return gi.reshape(ctx.out_shape)
 
 

@@ -20,25 +20,33 @@ from .context import Ctx, isa_dtype
 aten = torch.ops.aten
 
 
+def _rows(*xs: Var) -> tuple[Var, ...]:
+    """A 0-d operand as one row of one element (ATen's softmax of a scalar is over that
+    element; the ISA's reductions need an axis)."""
+    return tuple(x.reshape(1) if x.ndim == 0 else x for x in xs)
+
+
 def _softmax(ctx: Ctx, x: Var, dim: int, half_to_float: bool = False) -> Var:
-    return composites.softmax(x.cast(ctx.out_dtype), dim)
+    (x1,) = _rows(x.cast(ctx.out_dtype))
+    return composites.softmax(x1, dim % x1.ndim).reshape(ctx.out_shape)
 
 
 def _log_softmax(ctx: Ctx, x: Var, dim: int, half_to_float: bool = False) -> Var:
-    return composites.log_softmax(x.cast(ctx.out_dtype), dim)
+    (x1,) = _rows(x.cast(ctx.out_dtype))
+    return composites.log_softmax(x1, dim % x1.ndim).reshape(ctx.out_shape)
 
 
 def _softmax_backward(ctx: Ctx, grad: Var, out: Var, dim: int, input_dtype: Any = None) -> Var:
     d = ctx.out_dtype
-    g, y = grad.cast(d), out.cast(d)
-    return y * (g - (g * y).sum(dim, keepdims=True))
+    g, y = _rows(grad.cast(d), out.cast(d))
+    return (y * (g - (g * y).sum(dim % g.ndim, keepdims=True))).reshape(ctx.out_shape)
 
 
 def _log_softmax_backward(ctx: Ctx, grad: Var, out: Var, dim: int,
                           input_dtype: Any = None) -> Var:
     d = ctx.out_dtype
-    g, y = grad.cast(d), out.cast(d)
-    return g - y.exp() * g.sum(dim, keepdims=True)
+    g, y = _rows(grad.cast(d), out.cast(d))
+    return (g - y.exp() * g.sum(dim % g.ndim, keepdims=True)).reshape(ctx.out_shape)
 
 
 def _layer_norm(ctx: Ctx, x: Var, normalized_shape: Sequence[int], weight: Var | None,

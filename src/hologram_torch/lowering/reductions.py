@@ -1,4 +1,5 @@
-"""Reductions over dims: sum, mean, amax/amin, var and var_mean.
+"""Reductions over dims: sum, mean, prod, amax/amin, max/min with indices, argmax/argmin,
+any/all, count_nonzero, nansum, var and var_mean; the scans cumsum and cumprod.
 
 One translator per ATen op, ``ROWS`` maps each op to it (see
 :mod:`hologram_torch.lowering` for how a translator is written)."""
@@ -11,9 +12,11 @@ from typing import Any
 
 import torch
 
-from hologram.isa.builder import Var
+from hologram.isa import dtypes
+from hologram.isa.builder import Var, iota
 
-from .context import Ctx, dims
+from .context import Ctx, as_var, dims, not_, or_
+from .elementwise import as_float, isnan
 
 aten = torch.ops.aten
 
@@ -53,6 +56,103 @@ def _var_mean_correction(ctx: Ctx, x: Var, dim: Any = None, *, correction: Any =
     return _var_of(x, dims(x, dim), 1.0 if correction is None else float(correction), keepdim)
 
 
+def _reduced(ctx: Ctx, x: Var, dim: Any, keepdim: bool, method: str) -> Var:
+    """``x`` reduced by ``method`` over ATen's ``dim`` (None: all), in the result's shape."""
+    if x.ndim == 0:
+        return x.reshape(ctx.out_shape)
+    return getattr(x, method)(dims(x, dim), keepdims=bool(keepdim)).reshape(ctx.out_shape)
+
+
+def nonzero(x: Var) -> Var:
+    """``x != 0`` as bool (NaN is nonzero, as in ``bool(nan)``)."""
+    return x if x.dtype is dtypes.boolean else not_(x.eq(0.0))
+
+
+def _any_all(method: str) -> Callable[..., Var]:
+    """any/all: the max/min of ``x != 0`` as 0/1 (an empty reduction gives the identity,
+    -inf or +inf, hence False for any and True for all)."""
+
+    def tr(ctx: Ctx, x: Var, dim: Any = None, keepdim: bool = False) -> Var:
+        return _reduced(ctx, nonzero(x).cast(dtypes.f32), dim, keepdim, method) > 0.5
+
+    return tr
+
+
+def _count_nonzero(ctx: Ctx, x: Var, dim: Any = None) -> Var:
+    return _reduced(ctx, nonzero(x).cast(ctx.out_dtype), dim, False, "sum")
+
+
+def _nansum(ctx: Ctx, x: Var, dim: Any = None, keepdim: bool = False, *,
+            dtype: Any = None) -> Var:
+    x = x.cast(ctx.out_dtype)
+    return _reduced(ctx, isnan(x).where(0.0, x), dim, keepdim, "sum")
+
+
+def arg_extreme(x: Var, axis: int, method: str) -> tuple[Var, Var]:
+    """(the max or min along ``axis``, its first index), both keeping the axis.
+
+    PyTorch's rule: NaN is the extreme (RMAX/RMIN propagate it), and the index is the
+    first NaN's, else the first element equal to the extreme. Indices are IOTA along the
+    axis; the first hit is the least index among hits (the others are set to n)."""
+    x = as_float(x)
+    m = getattr(x, method)(axis, keepdims=True)
+    hit = or_(x.eq(m), isnan(x))
+    index = Var(iota(x.shape, axis, dtypes.f64))
+    return m, hit.where(index, float(x.shape[axis])).min(axis, keepdims=True)
+
+
+def _arg(method: str) -> Callable[..., Var]:
+    """argmax/argmin: over one dim, or over the flattened tensor when dim is None."""
+
+    def tr(ctx: Ctx, x: Var, dim: int | None = None, keepdim: bool = False) -> Var:
+        flat = x.reshape((max(1, math.prod(x.shape)),)) if dim is None or x.ndim == 0 else x
+        axis = 0 if dim is None or x.ndim == 0 else dim % x.ndim
+        return arg_extreme(flat, axis, method)[1].reshape(ctx.out_shape)
+
+    return tr
+
+
+def _max_min(method: str, binary: str) -> Callable[..., Any]:
+    """aten.max/aten.min: ``(x)`` a full reduction, ``(x, dim, keepdim)`` values and
+    indices, ``(x, other)`` the element-wise maximum/minimum."""
+
+    def tr(ctx: Ctx, x: Var, dim: Any = None, keepdim: bool = False) -> Any:
+        d = ctx.out_dtype
+        if isinstance(dim, Var):
+            return getattr(x.cast(d), binary)(as_var(dim, d))
+        if dim is None:
+            return _reduced(ctx, x.cast(d), None, False, method)
+        flat = x.reshape((1,)) if x.ndim == 0 else x
+        m, i = arg_extreme(flat, dim % flat.ndim, method)
+        shape = tuple(ctx.out[0].shape)
+        return m.cast(d).reshape(shape), i.reshape(shape)
+
+    return tr
+
+
+def _aminmax(ctx: Ctx, x: Var, *, dim: int | None = None, keepdim: bool = False
+             ) -> tuple[Var, Var]:
+    x = x.cast(ctx.out_dtype)
+    shape = tuple(ctx.out[0].shape)
+    if x.ndim == 0:
+        return x.reshape(shape), x.reshape(shape)
+    axes = dims(x, dim)
+    return (x.min(axes, keepdims=bool(keepdim)).reshape(shape),
+            x.max(axes, keepdims=bool(keepdim)).reshape(shape))
+
+
+def _scan_as(method: str) -> Callable[..., Var]:
+    """cumsum/cumprod in the result's dtype (the ``dtype`` argument, or int64 for
+    integer and bool inputs, which ride as f64: exact below 2**53)."""
+    def fn(ctx: Ctx, x: Var, dim: int, *, dtype: Any = None) -> Var:
+        x = x.cast(ctx.out_dtype)
+        if x.ndim == 0:
+            return x
+        return getattr(x, method)(dim % x.ndim)
+
+    return fn
+
+
 # One row per ATen op (overload packet).
 ROWS: dict[Any, Callable[..., Any]] = {
     aten.sum: _reduce_as("sum"),
@@ -61,4 +161,16 @@ ROWS: dict[Any, Callable[..., Any]] = {
     aten.amin: _reduce_as("min"),
     aten.var: _var_correction,
     aten.var_mean: _var_mean_correction,
+    aten.prod: _reduce_as("prod"),
+    aten.any: _any_all("max"),
+    aten.all: _any_all("min"),
+    aten.count_nonzero: _count_nonzero,
+    aten.nansum: _nansum,
+    aten.argmax: _arg("max"),
+    aten.argmin: _arg("min"),
+    aten.max: _max_min("max", "maximum"),
+    aten.min: _max_min("min", "minimum"),
+    aten.aminmax: _aminmax,
+    aten.cumsum: _scan_as("cumsum"),
+    aten.cumprod: _scan_as("cumprod"),
 }

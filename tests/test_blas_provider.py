@@ -1,0 +1,193 @@
+"""Which BLAS hologram's GEMMs run on (compiler/blas.py ``provider``): MKL from the ``mkl``
+wheel when installed, else NumPy's OpenBLAS; ``HOLOGRAM_BLAS`` chooses, ``HOLOGRAM_GEMM=numpy``
+means np.matmul. Each case runs in a fresh interpreter (the choice is made once per
+process). The GEMM test files run again under the provider the default did not pick, so
+both are covered wherever both are installed; tests that need MKL skip without it (CI
+does not install it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hologram.compiler import blas
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HAVE_MKL = blas.mkl_blas()[0] is not None
+HAVE_OPENBLAS = blas.numpy_blas()[0] is not None
+needs_mkl = pytest.mark.skipif(not HAVE_MKL, reason="MKL is not installed (pip install mkl)")
+
+PROBE = ("import warnings, numpy as np, hologram\n"
+         "from hologram.compiler import blas\n"
+         "with warnings.catch_warnings(record=True) as w:\n"
+         "    warnings.simplefilter('always')\n"
+         "    found, how = blas.provider()\n"
+         "print(found.name if found else None)\n"
+         "print(blas.describe())\n"
+         "print(len([x for x in w if 'HOLOGRAM_BLAS' in str(x.message)]))\n"
+         "a = np.arange(12, dtype=np.float32).reshape(3, 4)\n"
+         "print(float(hologram.jit(lambda x, y: x @ y.T)(a, a).sum()))\n")
+
+
+def _probe(**env: str) -> tuple[str, str, int, float]:
+    full = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
+    full.update(env)
+    r = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=full,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    name, describe, warned, total = r.stdout.strip().split("\n")[-4:]
+    return name, describe, int(warned), float(total)
+
+
+def _want_sum() -> float:
+    import numpy as np
+
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    return float((a @ a.T).sum())
+
+
+def test_default_is_mkl_when_installed_else_openblas():
+    name, describe, warned, total = _probe()
+    assert name == ("mkl" if HAVE_MKL else "openblas" if HAVE_OPENBLAS else "None")
+    if HAVE_MKL:
+        assert "MKL" in describe and "sequential" in describe and "default: MKL first" in describe
+    assert warned == 0 and total == _want_sum()
+
+
+@pytest.mark.skipif(not HAVE_OPENBLAS, reason="NumPy has no OpenBLAS here")
+def test_override_openblas():
+    name, describe, warned, total = _probe(HOLOGRAM_BLAS="openblas")
+    assert name == "openblas" and "[HOLOGRAM_BLAS=openblas]" in describe
+    assert warned == 0 and total == _want_sum()
+
+
+def test_override_mkl_uses_it_or_warns_and_falls_back():
+    name, describe, warned, total = _probe(HOLOGRAM_BLAS="MKL")  # any case
+    if HAVE_MKL:
+        assert name == "mkl" and "[HOLOGRAM_BLAS=mkl]" in describe and warned == 0
+    else:
+        assert name in ("openblas", "None") and warned == (1 if HAVE_OPENBLAS else 0)
+        assert "not installed" in describe
+    assert total == _want_sum()
+
+
+def test_numpy_gemm_overrides_the_blas_choice():
+    name, describe, _, total = _probe(HOLOGRAM_BLAS="mkl", HOLOGRAM_GEMM="numpy")
+    assert name == "None" and describe == "np.matmul (HOLOGRAM_GEMM=numpy)"
+    assert total == _want_sum()
+
+
+def test_unknown_provider_is_a_clear_error():
+    full = {**os.environ, "HOLOGRAM_BLAS": "atlas"}
+    full.pop("HOLOGRAM_GEMM", None)
+    r = subprocess.run([sys.executable, "-c", "from hologram.compiler import blas\n"
+                        "blas.provider()"], capture_output=True, text=True, env=full,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode != 0
+    assert "ValueError: HOLOGRAM_BLAS must be one of mkl, openblas" in r.stderr
+    assert "'atlas'" in r.stderr
+
+
+def test_hologram_info_names_the_blas():
+    from hologram.cli import collect_info, format_info
+
+    info = collect_info()
+    line = next(x for x in format_info(info).splitlines() if x.startswith("GEMM: "))
+    found, _ = blas.provider()
+    if found is None:
+        assert "np.matmul" in line
+    else:
+        assert ("MKL" if found.name == "mkl" else "openblas") in line
+        assert "[" in line  # why this one
+
+
+@needs_mkl
+def test_mkl_runs_sequential_without_intel_openmp():
+    """MKL's sequential layer: no second thread pool (libiomp5) beside GNU OpenMP."""
+    code = ("import numpy as np, hologram\n"
+            "from hologram.compiler import blas\n"
+            "assert blas.provider()[0].name == 'mkl'\n"
+            "a = np.ones((256, 256), np.float32)\n"
+            "assert (hologram.jit(lambda x, y: x @ y)(a, a) == 256).all()\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "print('libmkl_sequential' in maps, 'libiomp5' in maps,\n"
+            "      'libmkl_intel_thread' in maps or 'libmkl_gnu_thread' in maps)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "False", "False"]
+
+
+@needs_mkl
+def test_mkl_stays_out_of_the_global_scope_and_pytorch_keeps_its_threads():
+    """MKL is hologram's alone: no MKL symbol resolves globally after it ran, and PyTorch
+    imported afterwards (its own MKL asks how many threads to use) keeps its threads and
+    computes as before. With libmkl_rt (which loads its layers globally) PyTorch set
+    OpenMP, hologram's kernels included, to one thread."""
+    code = ("import ctypes, numpy as np, hologram\n"
+            "from hologram.compiler import blas\n"
+            "assert blas.provider()[0].name == 'mkl'\n"
+            "a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)\n"
+            "hologram.jit(lambda x, y: x @ y)(a, a)\n"
+            "g = ctypes.CDLL(None)\n"
+            "print(any(hasattr(g, s) for s in ('mkl_get_max_threads', 'cblas_sgemm',\n"
+            "                                  'mkl_serv_get_max_threads')))\n"
+            "import torch\n"
+            "print(torch.get_num_threads())\n"
+            "t = torch.from_numpy(a).double()\n"
+            "want = torch.from_numpy(a.astype(np.float64) @ a)\n"
+            "print(float((torch.mm(t, t) - want).abs().max()))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    leaked, threads, err = r.stdout.split()
+    fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert leaked == "False"
+    assert int(threads) == int(fresh.stdout)
+    assert float(err) < 1e-9
+
+
+@needs_mkl
+def test_an_mkl_someone_else_loaded_is_left_alone():
+    """A process where another library loaded MKL already (here libmkl_rt, by ctypes)
+    runs GEMM on OpenBLAS, and says why."""
+    rt = next((os.path.join(d, n) for d in blas._mkl_dirs() for n in os.listdir(d)
+               if n.startswith("libmkl_rt.so")), None)
+    if rt is None:
+        pytest.skip("no libmkl_rt next to the MKL layers")
+    code = (f"import ctypes; ctypes.CDLL({rt!r})\n" + PROBE)
+    env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    name, describe, _, total = r.stdout.strip().split("\n")[-4:]
+    assert name == ("openblas" if HAVE_OPENBLAS else "None")
+    assert "was loaded by another library" in describe
+    assert float(total) == _want_sum()
+
+
+@pytest.mark.skipif(not (HAVE_MKL and HAVE_OPENBLAS),
+                    reason="needs both MKL and NumPy's OpenBLAS")
+def test_gemm_tests_pass_under_the_other_provider():
+    """The GEMM test files (plain, transposed, batched, in-place tails, random epilogue
+    chains, NaN/inf, empty and forked cases) under the provider the default did not pick:
+    this run already covered the default one."""
+    default = blas.provider()[0]
+    other = "openblas" if default is not None and default.name == "mkl" else "mkl"
+    assert _probe(HOLOGRAM_BLAS=other)[0] == other
+    env = {k: v for k, v in os.environ.items() if k != "HOLOGRAM_GEMM"}
+    env["HOLOGRAM_BLAS"] = other
+    r = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                        "tests/test_gemm_blas.py", "tests/test_batched_gemm.py",
+                        "tests/test_gemm_in_place.py", "tests/test_packed_gemm.py",
+                        "-k", "not webgpu and not wgsl and not cuda"],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout
