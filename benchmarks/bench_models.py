@@ -1,0 +1,342 @@
+"""Real transformer models through ``torch.compile`` backends on the CPU: eager PyTorch,
+Inductor, OpenVINO (f32) and hologram, side by side.
+
+    .venv/bin/python benchmarks/bench_models.py [--json out.json] [--quick]
+        [--models gpt2,bert,llama,t5,vit] [--batches 1,8] [--no-train] [--no-gemm]
+        [--backends eager,inductor,openvino,hologram[,hologram-nopack]]
+
+Models are transformers' own classes built from configs with random weights (nothing
+is downloaded): GPT-2 124M (``GPT2Config()``), BERT-base (``BertConfig()``), a small
+LLaMA with grouped KV heads (6 layers, hidden 768, 12 heads over 4 KV heads,
+intermediate 2048, vocabulary 32000), T5-small (encoder and decoder, 6 layers each,
+d_model 512) and ViT-B/16 at 224x224. Inference at batch 1 and 8, sequence 128 (ViT:
+its 197 patches), under ``torch.no_grad()``; a GPT-2 training step (forward, backward
+with labels, AdamW) at batch 2, sequence 128.
+
+Every backend's output is compared with eager's first (max relative error) and its
+cold first call (trace + compile) is timed; then the rows are timed with their samples
+interleaved. OpenVINO runs with ``aot_autograd`` (without it the backend fails on most
+of these models here) and ``INFERENCE_PRECISION_HINT=f32`` (without it this CPU computes
+in bf16, and results do not match eager). A GEMM table times hologram's GEMM on the
+models' ``x @ W.T`` shapes against ``torch.mm`` (MKL) and NumPy's matmul (OpenBLAS):
+hologram's own row runs on the BLAS ``hologram info`` names (MKL when the ``mkl`` wheel
+is installed; ``HOLOGRAM_BLAS=openblas`` for NumPy's), plus a row with the weight
+packed once (MKL only), as the torch.compile backend runs constant weights in
+inference graphs.
+
+Targets (issue 17): hologram ahead of eager and of Inductor on every row; hologram's
+cold first call at most a fifth of Inductor's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+from common import Candidate, Report, add_interleaved, target  # noqa: E402
+
+SEQ = 128
+BACKENDS = ("eager", "inductor", "openvino", "hologram")
+#: Rows --backends may add: hologram without packed constant weights (the A/B of
+#: hologram_torch/packed_weights.py; the same as "hologram" where the BLAS cannot pack).
+EXTRA_BACKENDS = {"hologram-nopack": {"pack_weights": False}}
+OPENVINO_OPTIONS = {"aot_autograd": True, "config": {"INFERENCE_PRECISION_HINT": "f32"}}
+
+
+def build(name: str) -> tuple[Any, Callable[[int], dict[str, Any]]]:
+    """(model in eval mode, inputs(batch) -> kwargs) for one of the benchmark models."""
+    import torch
+    import transformers as tf
+
+    torch.manual_seed(0)
+    vocab = 32000
+    if name == "gpt2":
+        model = tf.GPT2LMHeadModel(tf.GPT2Config())
+        vocab = model.config.vocab_size
+    elif name == "bert":
+        model = tf.BertModel(tf.BertConfig())
+        vocab = model.config.vocab_size
+    elif name == "llama":
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(
+            hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
+            num_attention_heads=12, num_key_value_heads=4, vocab_size=vocab))
+    elif name == "t5":
+        model = tf.T5ForConditionalGeneration(tf.T5Config(
+            d_model=512, d_ff=2048, num_layers=6, num_heads=8, d_kv=64, vocab_size=32128))
+        vocab = 32128
+    elif name == "vit":
+        model = tf.ViTModel(tf.ViTConfig(), add_pooling_layer=False)
+    else:
+        raise ValueError(f"unknown model {name!r}")
+    model.eval()
+
+    def inputs(batch: int) -> dict[str, Any]:
+        g = torch.Generator().manual_seed(batch)
+        if name == "vit":
+            return {"pixel_values": torch.randn(batch, 3, 224, 224, generator=g)}
+        ids = torch.randint(0, vocab, (batch, SEQ), generator=g)
+        kw: dict[str, Any] = {"input_ids": ids}
+        if name == "bert":
+            kw["attention_mask"] = torch.ones(batch, SEQ, dtype=torch.long)
+        if name == "t5":
+            kw["decoder_input_ids"] = torch.randint(0, vocab, (batch, SEQ), generator=g)
+        return kw
+
+    return model, inputs
+
+
+def main_output(out: Any) -> Any:
+    for key in ("logits", "last_hidden_state"):
+        v = getattr(out, key, None)
+        if v is not None:
+            return v
+    return out[0]
+
+
+def compiled(model: Any, backend: str) -> Callable[..., Any]:
+    import torch
+
+    if backend == "eager":
+        return model
+    if backend == "openvino":
+        import openvino.torch  # noqa: F401  (registers backend="openvino")
+
+        return torch.compile(model, backend="openvino", options=OPENVINO_OPTIONS)
+    if backend == "hologram" or backend in EXTRA_BACKENDS:
+        import hologram_torch  # noqa: F401  (registers backend="hologram")
+
+        return torch.compile(model, backend="hologram", options=EXTRA_BACKENDS.get(backend))
+    return torch.compile(model, backend=backend)
+
+
+def rel_err(a: Any, b: Any) -> float:
+    d = (a.double() - b.double()).abs().max().item()
+    return d / max(b.double().abs().max().item(), 1e-30)
+
+
+def fallbacks(fn: Callable[[], Any]) -> str:
+    """The ATen ops that ran in PyTorch during ``fn()`` (hologram's first call)."""
+    from collections import Counter
+
+    from hologram_torch.compile_backend import collect_graphs
+
+    with collect_graphs() as graphs:
+        fn()
+    ops = Counter(op for g in graphs for op, _ in g.torch_ops)
+    return ", ".join(f"{op} x{n}" for op, n in sorted(ops.items())) or "none"
+
+
+def speed(v: float) -> str:
+    return f"{v:.2f}x faster" if v >= 1 else f"{1 / v:.2f}x slower"
+
+
+def check_ahead(rep: Report, t: common.Table, title: str) -> None:
+    """The two speed targets of every row: hologram ahead of eager and of Inductor."""
+    rep.check(target(f"{title}: hologram vs eager", "ahead of eager", t.ratio("hologram"),
+                     lambda v: v > 1, speed), t, "hologram")
+    rep.check(target(f"{title}: hologram vs inductor", "ahead of inductor",
+                     t.ratio_to("inductor", "hologram"), lambda v: v > 1, speed), t, "hologram")
+
+
+def inference_table(rep: Report, name: str, batch: int, repeat: int,
+                    backends: tuple[str, ...] = BACKENDS) -> None:
+    import torch
+
+    model, make_inputs = build(name)
+    kw = make_inputs(batch)
+    title = f"{name} inference, batch {batch}" + ("" if name == "vit" else f", seq {SEQ}")
+    t = rep.table(title, baseline="eager", unit="ms", extra_cols=("first call s", "rel err"))
+    with torch.no_grad():
+        ref = main_output(model(**kw))
+        candidates: dict[str, Candidate] = {}
+        failed: dict[str, str] = {}
+        firsts: dict[str, float] = {}
+        for backend in backends:
+            try:
+                fn = compiled(model, backend)
+                t0 = time.perf_counter()
+                if backend == "hologram":
+                    rep.note(f"{title}: ops hologram left to PyTorch: "
+                             f"{fallbacks(lambda fn=fn: fn(**kw))}")
+                else:
+                    fn(**kw)
+                firsts[backend] = time.perf_counter() - t0
+                err = rel_err(main_output(fn(**kw)), ref)
+                candidates[backend] = Candidate(lambda fn=fn: fn(**kw), extra={
+                    "first call s": f"{firsts[backend]:.1f}", "rel err": f"{err:.1e}"})
+            except Exception as e:  # noqa: BLE001 - a failing backend is a result too
+                failed[backend] = f"{type(e).__name__}: {str(e)[:300]}"
+        add_interleaved(t, candidates, repeat=repeat, failed=failed)
+    rep.data.setdefault("first_call_s", {})[title] = firsts
+    check_ahead(rep, t, title)
+    if "hologram" in firsts and "inductor" in firsts:
+        share = firsts["hologram"] / firsts["inductor"]
+        rep.check(target(f"{title}: cold first call", "<= 1/5 of inductor's", share,
+                         lambda v: v <= 0.2, lambda v: f"{v:.2f} of inductor's"))
+    torch._dynamo.reset()
+
+
+def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
+    """A GPT-2 124M training step: forward with labels, backward, AdamW."""
+    import torch
+
+    title = f"gpt2 training step (forward, backward, AdamW), batch {batch}, seq {SEQ}"
+    t = rep.table(title, baseline="eager", unit="ms", extra_cols=("first call s", "loss err"))
+    _, make_inputs = build("gpt2")
+    ids = make_inputs(batch)["input_ids"]
+    steps: dict[str, Candidate] = {}
+    failed: dict[str, str] = {}
+    ref_loss = None
+    for backend in ("eager", "inductor", "hologram"):
+        try:
+            model, _ = build("gpt2")
+            model.train()
+            model.config.attn_pdrop = model.config.resid_pdrop = model.config.embd_pdrop = 0.0
+            for m in model.modules():
+                if isinstance(m, torch.nn.Dropout):
+                    m.p = 0.0
+            fn = compiled(model, backend)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+            def step(fn=fn, opt=opt) -> Any:
+                opt.zero_grad(set_to_none=True)
+                loss = fn(input_ids=ids, labels=ids).loss
+                loss.backward()
+                opt.step()
+                return loss.detach()
+
+            t0 = time.perf_counter()
+            loss = step()
+            first = time.perf_counter() - t0
+            if ref_loss is None:
+                ref_loss = loss
+            err = abs(loss.item() - ref_loss.item()) / abs(ref_loss.item())
+            steps[backend] = Candidate(step, extra={"first call s": f"{first:.1f}",
+                                                    "loss err": f"{err:.1e}"})
+        except Exception as e:  # noqa: BLE001
+            failed[backend] = f"{type(e).__name__}: {str(e)[:300]}"
+    add_interleaved(t, steps, repeat=repeat, failed=failed)
+    check_ahead(rep, t, title)
+    torch._dynamo.reset()
+
+
+#: (M, K, N) of the models' ``x @ W.T`` products at batch 1 and 8, seq 128: BERT/GPT-2/
+#: ViT (768: qkv, projection, MLP), T5-small (512), GPT-2's LM head (50257).
+GEMM_SHAPES = ((128, 768, 768), (128, 768, 2304), (128, 768, 3072), (128, 3072, 768),
+               (1024, 768, 768), (1024, 768, 3072), (1024, 3072, 768), (128, 512, 2048),
+               (128, 2048, 512), (8, 768, 768), (128, 768, 50257))
+
+
+def packed_gemm(x: Any, w: Any, out: Any) -> Callable[[], None] | None:
+    """``out = x @ w.T`` as the torch.compile backend runs it for a constant weight: the
+    compiled program's pointer launch with a packed copy of ``w`` made once (None where
+    the BLAS cannot pack: OpenBLAS, or MKL not installed)."""
+    import hologram as hg
+    from hologram.isa.builder import program
+    from hologram.memory.address import data_pointer
+
+    ex = hg.default_executor("cpu")
+    p = program(lambda a, b: a @ b.T, [("f32", x.shape), ("f32", w.shape)])
+    compiled = ex.compile(p)
+    launch = ex.backend.pointer_launcher(compiled)
+    sites = ex.backend.pack_sites(compiled)
+    if launch is None or len(sites) != 1:
+        return None
+    packed = ex.backend.pack(compiled, 0, data_pointer(w))
+    if packed is None:
+        return None
+    ptrs = [data_pointer(x), data_pointer(w), data_pointer(out)]
+    return lambda: launch(ptrs, [data_pointer(packed)])  # packed: alive in the closure
+
+
+def gemm_table(rep: Report, repeat: int) -> None:
+    """hologram's GEMM (a jit of ``x @ w.T`` through its BLAS driver; and the same product
+    with ``w`` packed once, as constant weights run in inference graphs) against torch.mm
+    (MKL inside torch) and NumPy's matmul (OpenBLAS), samples interleaved."""
+    import numpy as np
+    import torch
+
+    import hologram as hg
+    from hologram.compiler import blas
+
+    rep.note(f"GEMM table: hologram's GEMM runs {blas.describe()}; HOLOGRAM_BLAS=openblas "
+             "or =mkl chooses")
+    t = rep.grid("GEMM x @ W.T on the models' shapes (interleaved medians; GFLOP/s)",
+                 ["M x K x N", "torch.mm", "numpy (OpenBLAS)", "hologram", "hologram packed",
+                  "hologram / torch.mm", "packed / torch.mm"])
+    ratios, packed_ratios = [], []
+    for m, k, n in GEMM_SHAPES:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((m, k), dtype=np.float32)
+        w = rng.standard_normal((n, k), dtype=np.float32)
+        out = np.empty((m, n), np.float32)
+        out_np = np.empty((m, n), np.float32)
+        f = hg.jit(lambda x, w: x @ w.T)
+        tx, tw, tout = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(out.copy())
+        fns = {"torch": lambda tx=tx, tw=tw, tout=tout: torch.mm(tx, tw.t(), out=tout),
+               "numpy": lambda x=x, w=w, o=out_np: np.matmul(x, w.T, out=o),
+               "hologram": lambda f=f, x=x, w=w, out=out: f(x, w, out=out)}
+        out_p = np.empty((m, n), np.float32)
+        packed = packed_gemm(x, w, out_p)
+        if packed is not None:
+            packed()
+            np.testing.assert_allclose(out_p, x @ w.T, rtol=1e-4, atol=1e-3 * np.sqrt(k))
+            fns["packed"] = packed
+        # settle: OpenBLAS's threads spin ~0.1 s after NumPy's call (docs/perf.md); the
+        # next sample must not share the cores with them
+        timings = common.measure_interleaved(fns, repeat=repeat, settle_s=0.12)
+        flops = 2 * m * k * n
+        g = {name: flops / tm.median / 1e9 for name, tm in timings.items()}
+        ratios.append(g["hologram"] / g["torch"])
+        if "packed" in g:
+            packed_ratios.append(g["packed"] / g["torch"])
+        t.add(f"{m} x {k} x {n}", f"{g['torch']:.0f}", f"{g['numpy']:.0f}",
+              f"{g['hologram']:.0f}", f"{g['packed']:.0f}" if "packed" in g else "-",
+              f"{g['hologram'] / g['torch']:.2f}",
+              f"{g['packed'] / g['torch']:.2f}" if "packed" in g else "-")
+    rep.data["gemm_provider"] = blas.describe()
+    rep.data["gemm_ratio_vs_torch"] = ratios
+    rep.data["gemm_packed_ratio_vs_torch"] = packed_ratios
+
+
+def main() -> None:
+    p = common.parser(__doc__.splitlines()[0])
+    p.add_argument("--models", default="gpt2,bert,llama,t5,vit")
+    p.add_argument("--batches", default="1,8")
+    p.add_argument("--no-train", action="store_true")
+    p.add_argument("--no-gemm", action="store_true")
+    p.add_argument("--backends", default=",".join(BACKENDS),
+                   help=f"inference rows, of {', '.join((*BACKENDS, *EXTRA_BACKENDS))}")
+    args = p.parse_args()
+    common.fresh_inductor_cache()
+    import torch  # noqa: F401
+
+    common.quiet_hologram()
+    import logging
+
+    logging.getLogger("hologram_torch").setLevel(logging.ERROR)
+    rep = Report("models", "transformer models through torch.compile backends on the CPU")
+    repeat = 3 if args.quick else 7
+    backends = tuple(filter(None, args.backends.split(",")))
+    unknown = set(backends) - {*BACKENDS, *EXTRA_BACKENDS}
+    if unknown or "eager" not in backends:
+        raise SystemExit(f"--backends: eager (the baseline) and any of "
+                         f"{', '.join((*BACKENDS, *EXTRA_BACKENDS))}; got {args.backends!r}")
+    for name in filter(None, args.models.split(",")):  # --models '': the GEMM table only
+        for batch in (int(b) for b in args.batches.split(",")):
+            inference_table(rep, name, batch, repeat, backends)
+    if not args.no_train:
+        training_table(rep, repeat)
+    if not args.no_gemm:
+        gemm_table(rep, repeat)
+    rep.finish(args)
+
+
+if __name__ == "__main__":
+    main()
