@@ -23,8 +23,11 @@ sys.path.insert(0, HERE)
 from common import cpu_busy, cpu_jiffies, markdown_table, render_env  # noqa: E402
 
 BENCHMARKS = ["gelu", "small_op", "softmax_layernorm", "exp", "gemm", "compile", "reduction",
-              "torch_train", "attention", "webgpu"]
+              "torch_train", "attention", "busy", "models", "webgpu"]
 TIMEOUT_S = 900
+# Five transformer models through four backends, each compiled cold (Inductor alone
+# takes minutes): longer than the others.
+TIMEOUTS = {"models": 3600}
 
 
 def wait_idle(max_wait: float, threshold: float = 0.15) -> float | None:
@@ -49,7 +52,7 @@ def run_one(name: str, out: str, quick: bool) -> dict:
     t0 = time.perf_counter()
     j0, ru0 = cpu_jiffies(), resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUTS.get(name, TIMEOUT_S))
         rc, stdout, stderr = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired as e:
         rc, stdout, stderr = "timeout", e.stdout or "", (e.stderr or "") + "\nTIMEOUT"

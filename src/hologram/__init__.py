@@ -34,11 +34,12 @@ from .interop import default_executor, from_dlpack  # noqa: E402
 from .isa import Program  # noqa: E402
 from .jit import explain, jit  # noqa: E402
 from .memory.output_cache import empty_cache, output_cache  # noqa: E402
+from .threads import get_num_threads, set_num_threads  # noqa: E402
 
 __all__ = [
     "BackendUnavailableError", "Buffer", "Executor", "HologramError", "OutOfMemoryError",
     "Program", "VerifyError", "__version__", "available_backends", "backend",
     "default_executor", "empty_cache", "errors", "explain", "from_dlpack",
-    "get_default_backend", "is_cuda_available", "is_metal_available", "isa", "jit", "ops",
-    "output_cache",
+    "get_default_backend", "get_num_threads", "is_cuda_available", "is_metal_available", "isa", "jit", "ops",
+    "output_cache", "set_num_threads",
 ]

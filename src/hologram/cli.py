@@ -81,6 +81,7 @@ def collect_info() -> dict[str, Any]:
         "cpu_features": cpu_features(),
         "c_compiler": c_compiler(),
         "gemm": gemm_route(),
+        "threads": thread_route(),
     }
 
 
@@ -92,6 +93,14 @@ def gemm_route() -> str:
         return blas.describe()
     except ValueError as e:  # a bad HOLOGRAM_BLAS: info still prints, and says so
         return f"not decided: {e}"
+
+
+def thread_route() -> str:
+    """How many threads the CPU kernels use and why (hologram.threads)."""
+    from . import threads
+
+    t = threads.detect()
+    return f"{t.count} ({t.source})" + "".join(f"; {why}" for why in t.ignored)
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -120,6 +129,7 @@ def format_info(info: dict[str, Any]) -> str:
     cc = info["c_compiler"] or f"none found (looked for {', '.join(C_COMPILERS)})"
     lines.append(f"C compiler: {cc}")
     lines.append(f"GEMM: {info['gemm']}")
+    lines.append(f"CPU kernel threads: {info['threads']}")
     return "\n".join(lines)
 
 

@@ -70,7 +70,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, threads
 from ..cache import KernelCache
 from ..errors import HologramError
 from .c_math import C_MATH
@@ -435,6 +435,7 @@ class CCompiler:
                                        source=source) from None
                 if "-fopenmp" in self.flags:
                     _guard_fork(lib)
+                    threads.apply(lib)
                 _LOADED[key] = lib
         return lib
 

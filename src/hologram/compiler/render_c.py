@@ -110,6 +110,14 @@ class Scope:
 # head copies) on one thread; its training step ran 1-3% slower for it.
 PARALLEL_MIN_WORK = 1 << 15  # plain arithmetic: memory-bound
 PARALLEL_MIN_WORK_MATH = 1 << 13  # loops calling transcendental functions
+# Parallel loops hand out chunks on demand (schedule(dynamic)), so a thread the OS has
+# descheduled (another process on the core) holds back at most the chunk it is in,
+# not a fixed half of the loop: at most DYNAMIC_CHUNKS chunks per loop, none with less
+# than MIN_CHUNK_WORK elements of work (a chunk costs one atomic increment). Each
+# element or row is still computed whole by one thread, so results do not depend on
+# which thread took which chunk.
+DYNAMIC_CHUNKS = 64
+MIN_CHUNK_WORK = 1 << 13
 ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shares with a row
 # A row sum of at most this many f32 elements along the innermost axis (a contiguous SIMD
 # loop: softmax, layer norm, their backward) accumulates in float: 16 SIMD lanes of at
@@ -129,6 +137,16 @@ NOT_FLAT = frozenset({Op.EXPAND, Op.PERMUTE, Op.SLICE, Op.CONCAT,
 MATH_OPS = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW,
                       Op.LOG1P, Op.EXPM1, Op.FMOD, Op.ATAN2, Op.HYPOT, *MATH_UNARY,
                       *SPECIAL})
+
+
+def dynamic_chunk(count: int, work: int | None, simd: bool) -> int:
+    """Iterations per chunk of a parallel loop over ``count`` iterations (see
+    DYNAMIC_CHUNKS); a whole number of 16-wide SIMD steps for a SIMD loop."""
+    per = max(1, (work if work is not None else count) // max(count, 1))
+    chunk = max(-(-count // DYNAMIC_CHUNKS), -(-MIN_CHUNK_WORK // per), 1)
+    if simd:
+        chunk = -(-chunk // 16) * 16
+    return min(chunk, max(count, 1))
 
 
 class CRenderer(IndexKernels):
@@ -546,16 +564,20 @@ class CRenderer(IndexKernels):
             stack.extend(v.srcs)
         return True
 
-    def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat") -> str:
+    def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat",
+             work: int | None = None) -> str:
         """A loop header; ``role`` ('flat', 'outer', 'inner') lets GPU dialects map loops
         to the grid, blocks and threads. In a row-range kernel (a GEMM epilogue run per
-        tile) the outermost loop covers rows ``lo..hi`` only, on the caller's thread."""
+        tile) the outermost loop covers rows ``lo..hi`` only, on the caller's thread.
+        ``work``: elements of work in the whole loop (default one per iteration), which
+        sizes a parallel loop's chunks."""
         if self.row_len is not None and role in ("flat", "outer"):
             scale = f" * {self.row_len}" if role == "flat" else ""
             pragma = "#pragma omp simd\n" if simd else ""
             return f"{pragma}for (int64_t {var} = lo{scale}; {var} < hi{scale}; {var}++) {{"
         if parallel:
-            pragma = "#pragma omp parallel for" + (" simd" if simd else "") + " schedule(static)"
+            pragma = ("#pragma omp parallel for" + (" simd" if simd else "")
+                      + f" schedule(dynamic, {dynamic_chunk(count, work, simd)})")
         else:
             pragma = "#pragma omp simd" if simd else ""
         head = f"for (int64_t {var} = 0; {var} < {count}; {var}++) {{"
@@ -582,7 +604,7 @@ class CRenderer(IndexKernels):
         idx = self.unravel("o", c.shape, outer_dims)
         x = self.emit(c, idx, outer, False)
         work = c.srcs[0].size
-        out = [self.loop("o", n_outer, work >= self.parallel_min_work, False, "outer")]
+        out = [self.loop("o", n_outer, work >= self.parallel_min_work, False, "outer", work)]
         out += ["  " + ln for ln in outer.lines + self.stores(k, x, Expr("o"))]
         return out + ["}"]
 
@@ -639,7 +661,7 @@ class CRenderer(IndexKernels):
         ridx = self.unravel(r, src.shape, red)
         idx = tuple(ridx[i] if i in axes else oidx[i] for i in range(c.ndim))
         x = self.emit(src, idx, inner, False)
-        out = [self.loop("ob", n_blocks, parallel and n_blocks > 1, False, "outer")]
+        out = [self.loop("ob", n_blocks, parallel and n_blocks > 1, False, "outer", work)]
         body = [f"const int64_t o0 = ob * {blk}, o1 = o0 + {blk} < {n_outer} ? o0 + {blk} "
                 f": {n_outer};",
                 f"{wide} {acc}[{blk}];"]
@@ -755,7 +777,7 @@ class CRenderer(IndexKernels):
         body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]
         body.append("}")
         parallel = c.size >= self.parallel_min_work and n_outer > 1
-        out = [self.loop("o", n_outer, parallel, False, "outer")]
+        out = [self.loop("o", n_outer, parallel, False, "outer", c.size)]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
 

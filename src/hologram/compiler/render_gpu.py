@@ -32,7 +32,8 @@ class GPURenderer(CRenderer):
     #: the condition true in one thread of a block
     FIRST_THREAD: ClassVar[str] = ""
 
-    def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat") -> str:
+    def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat",
+             work: int | None = None) -> str:
         if role in ("flat", "outer"):  # called after the body's phases: this decides
             self.launch[self._kernel] = (role, count)
         return self.LOOPS[role if role in ("flat", "outer") else "inner"].format(

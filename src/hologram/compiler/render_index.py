@@ -140,14 +140,14 @@ class IndexKernels:
         parallel = work >= self.parallel_min_work
         if not blocked:
             scope = rc.Scope("outer" if self.fiber_blocks else "inner", "o", top)
-            head = [self.loop("o", n_kept, parallel and n_kept > 1, False, "flat")]
+            head = [self.loop("o", n_kept, parallel and n_kept > 1, False, "flat", work)]
             return head, ["}"], scope, self.unravel("o", c.shape, kept), False
         blk = rc.COLUMN_BLOCK
         if parallel and n_kept <= rc.COLUMN_BLOCK:  # narrow: whole SIMD widths per thread
             blk = max(16, -(-n_kept // 32) * 16)
         n_blocks = -(-n_kept // blk)
         scope = rc.Scope("outer", "ob", top)
-        head = [self.loop("ob", n_blocks, parallel and n_blocks > 1, False, "outer"),
+        head = [self.loop("ob", n_blocks, parallel and n_blocks > 1, False, "outer", work),
                 f"  const int64_t o0 = ob * {blk}, o1 = o0 + {blk} < {n_kept} ? o0 + {blk} "
                 f": {n_kept};"]
         return head, ["}"], scope, self.unravel("o", c.shape, kept), True
@@ -259,7 +259,7 @@ class IndexKernels:
         work = c.size * max(1, c.shape[axis].bit_length())
         fib = rc.Scope("outer" if self.fiber_blocks else "inner", "o", top)
         head = [self.loop("o", n_kept, work >= self.parallel_min_work and n_kept > 1, False,
-                          "flat")]
+                          "flat", work)]
         body = self.sort_fiber(c, k, fib, self.unravel("o", c.shape, kept))
         return head + ["  " + ln for ln in fib.lines + body] + ["}"]
 

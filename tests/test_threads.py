@@ -1,0 +1,168 @@
+"""Thread counts: where the count comes from, and results that do not depend on it.
+
+Kernels hand out chunks of their loops on demand (``schedule(dynamic)``), so which
+thread computes which element changes from run to run; each element, row or column
+block is still computed whole by one thread, so those results must be bit-identical
+for every thread count and under a background load. Whole-array sums split their
+terms among the threads (in double): those may differ in the last bits of a double
+across thread counts, and are compared with a tolerance.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hologram as hg
+from hologram import threads
+from hologram.compiler.render_c import DYNAMIC_CHUNKS, MIN_CHUNK_WORK, dynamic_chunk
+from hologram.isa.dtypes import i64
+from hologram.ops import composites as C
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    yield
+    hg.set_num_threads(None)
+
+
+@pytest.fixture(scope="module")
+def ex() -> hg.Executor:
+    e = hg.default_executor("cpu")
+    if "C via" not in e.backend.describe():
+        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
+    return e
+
+
+def _clear_env(monkeypatch) -> None:
+    for name in ("HOLOGRAM_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_environment_order(monkeypatch, tmp_path: Path) -> None:
+    _clear_env(monkeypatch)
+    monkeypatch.setattr(threads, "affinity", lambda: 8)
+    assert threads.detect(tmp_path) == threads.ThreadCount(8, threads.detect(tmp_path).source)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3,2")  # nested levels: the outermost counts
+    assert threads.detect(tmp_path).count == 3
+    monkeypatch.setenv("HOLOGRAM_NUM_THREADS", "5")
+    assert threads.detect(tmp_path) == threads.ThreadCount(5, "HOLOGRAM_NUM_THREADS")
+    hg.set_num_threads(2)
+    assert threads.detect(tmp_path) == threads.ThreadCount(2, "hologram.set_num_threads")
+
+
+@pytest.mark.parametrize("value", ["x", "0", "-2", "1.5"])
+def test_bad_environment_is_ignored_and_said(monkeypatch, tmp_path: Path, value: str) -> None:
+    _clear_env(monkeypatch)
+    monkeypatch.setattr(threads, "affinity", lambda: 4)
+    monkeypatch.setenv("HOLOGRAM_NUM_THREADS", value)
+    t = threads.detect(tmp_path)
+    assert t.count == 4
+    assert len(t.ignored) == 1 and "HOLOGRAM_NUM_THREADS" in t.ignored[0]
+
+
+@pytest.mark.parametrize(("files", "want"), [
+    ({"cpu.max": "150000 100000\n"}, 2),  # v2: 1.5 CPUs rounds up
+    ({"cpu.max": "max 100000\n"}, 8),  # v2: no quota
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),  # v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, 8),  # v1: none
+    ({"cpu.max": "3200000 100000\n"}, 8),  # a quota above the mask: the mask
+    ({}, 8),
+])
+def test_cgroup_quota_caps_the_affinity(monkeypatch, tmp_path: Path, files: dict[str, str],
+                                        want: int) -> None:
+    _clear_env(monkeypatch)
+    monkeypatch.setattr(threads, "affinity", lambda: 8)
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert threads.detect(tmp_path).count == want
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_set_num_threads_refuses_bad_counts(bad: object) -> None:
+    with pytest.raises(ValueError, match="set_num_threads: n must be a positive int"):
+        hg.set_num_threads(bad)  # type: ignore[arg-type]
+
+
+def test_info_reports_threads() -> None:
+    from hologram.cli import collect_info, format_info
+
+    hg.set_num_threads(3)
+    assert "CPU kernel threads: 3 (hologram.set_num_threads)" in format_info(collect_info())
+
+
+@pytest.mark.parametrize(("count", "work", "simd"), [
+    (10_000_000, None, True), (32768, None, True), (1024, 1024 * 768, False),
+    (3, 3 * 100_000, False), (1, None, False), (100, 50, False),
+])
+def test_chunks_bound_the_count_and_the_work(count: int, work: int | None, simd: bool) -> None:
+    c = dynamic_chunk(count, work, simd)
+    assert 1 <= c <= count
+    assert -(-count // c) <= DYNAMIC_CHUNKS or c == count
+    per = max(1, (work or count) // count)
+    assert c * per >= min(MIN_CHUNK_WORK, count * per)
+    if simd and c < count:
+        assert c % 16 == 0
+
+
+# Programs big enough that every loop runs on the threads: a flat element-wise loop,
+# row kernels (softmax, layer norm), a column reduction, a gather, a scan, and a
+# whole-array sum.
+N, ROWS, COLS = 1 << 20, 1024, 768
+
+
+def _kernels(x, m, idx):
+    flat = (x * 1.5 + 0.25).tanh()
+    rows = C.softmax(m, axis=-1)
+    ln = C.layer_norm(m, None, None, axes=(1,))
+    cols = m.sum(axis=0)
+    gathered = m.take(idx.cast(i64), axis=0)  # jit takes float arguments: cast
+    scan = m.cumsum(axis=1)
+    return flat, rows, ln, cols, gathered, scan, x.sum()
+
+
+def _run_all(counts: list[int]) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(N).astype(np.float32)
+    m = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    idx = rng.integers(0, ROWS, size=ROWS * 2).astype(np.float64)
+    f = hg.jit(_kernels, backend="cpu")
+    out = []
+    for n in counts:
+        hg.set_num_threads(n)
+        out.append([np.array(r) for r in f(x, m, idx)])
+    return out
+
+
+def _same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    *exact_a, total_a = a
+    *exact_b, total_b = b
+    for u, v in zip(exact_a, exact_b, strict=True):
+        np.testing.assert_array_equal(u, v)
+    np.testing.assert_allclose(total_a, total_b, rtol=1e-6)
+
+
+def test_results_do_not_depend_on_the_thread_count(ex: hg.Executor) -> None:
+    one, two, three, again = _run_all([1, 2, 3, 2])
+    _same(one, two)
+    _same(one, three)
+    _same(two, again)
+
+
+def test_results_hold_under_a_background_load(ex: hg.Executor) -> None:
+    quiet = _run_all([2])[0]
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        loaded = _run_all([2, 2, 3])
+    finally:
+        busy.kill()
+        busy.wait()
+    for r in loaded:
+        _same(quiet, r)
