@@ -52,7 +52,8 @@ def run_one(name: str, out: str, quick: bool) -> dict:
     t0 = time.perf_counter()
     j0, ru0 = cpu_jiffies(), resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUTS.get(name, TIMEOUT_S))
+        r = subprocess.run(cmd, capture_output=True, text=True,
+                           timeout=TIMEOUTS.get(name, TIMEOUT_S))
         rc, stdout, stderr = r.returncode, r.stdout, r.stderr
     except subprocess.TimeoutExpired as e:
         rc, stdout, stderr = "timeout", e.stdout or "", (e.stderr or "") + "\nTIMEOUT"

@@ -40,6 +40,6 @@ __all__ = [
     "BackendUnavailableError", "Buffer", "Executor", "HologramError", "OutOfMemoryError",
     "Program", "VerifyError", "__version__", "available_backends", "backend",
     "default_executor", "empty_cache", "errors", "explain", "from_dlpack",
-    "get_default_backend", "get_num_threads", "is_cuda_available", "is_metal_available", "isa", "jit", "ops",
-    "output_cache", "set_num_threads",
+    "get_default_backend", "get_num_threads", "is_cuda_available", "is_metal_available",
+    "isa", "jit", "ops", "output_cache", "set_num_threads",
 ]
