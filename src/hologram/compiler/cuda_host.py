@@ -84,10 +84,11 @@ template <class T> static T hg_warp_read(T v, int src, int line) {
 }
 #define __shfl_xor_sync(mask, v, o, ...) hg_warp_read((v), (hg_cur->linear & 31) ^ (o), __LINE__)
 #define __shfl_sync(mask, v, s, ...) hg_warp_read((v), (s), __LINE__)
+#define HG_LANE ((int)(hg_cur->linear & 31))
 #define __shfl_down_sync(mask, v, d, ...) hg_warp_read((v), \
-    ((hg_cur->linear & 31) + (d)) > 31 ? (hg_cur->linear & 31) : (hg_cur->linear & 31) + (d), __LINE__)
+    HG_LANE + (int)(d) > 31 ? HG_LANE : HG_LANE + (int)(d), __LINE__)
 #define __shfl_up_sync(mask, v, d, ...) hg_warp_read((v), \
-    (int)(hg_cur->linear & 31) - (int)(d) < 0 ? (hg_cur->linear & 31) : (hg_cur->linear & 31) - (d), __LINE__)
+    HG_LANE - (int)(d) < 0 ? HG_LANE : HG_LANE - (int)(d), __LINE__)
 static unsigned hg_ballot(int pred, int line) {
   const int me = hg_cur->linear;
   hg_slot[me][0] = pred != 0;
@@ -118,7 +119,8 @@ template <class T> static T atomicMax(T *p, T v) { T o = *p; if (v > o) *p = v; 
 template <class T> static T atomicMin(T *p, T v) { T o = *p; if (v < o) *p = v; return o; }
 template <class T> static T atomicOr(T *p, T v) { T o = *p; *p = o | v; return o; }
 template <class T> static T atomicAnd(T *p, T v) { T o = *p; *p = o & v; return o; }
-template <class T> static T atomicCAS(T *p, T cmp, T v) { T o = *p; if (o == cmp) *p = v; return o; }
+template <class T> static T atomicCAS(T *p, T cmp, T v) {
+  T o = *p; if (o == cmp) *p = v; return o; }
 /* NVRTC's source defines these itself (it has no libc headers). */
 #undef NAN
 #undef INFINITY
@@ -155,7 +157,8 @@ static unsigned hg_rand(unsigned n) {
 static void hg_order(int *ord, int n, int mode) {
   for (int i = 0; i < n; i++) ord[i] = mode == 1 ? n - 1 - i : i;
   if (mode == 2)
-    for (int i = n - 1; i > 0; i--) { int j = hg_rand(i + 1), t = ord[i]; ord[i] = ord[j]; ord[j] = t; }
+    for (int i = n - 1; i > 0; i--) {
+      int j = hg_rand(i + 1), t = ord[i]; ord[i] = ord[j]; ord[j] = t; }
 }
 static int hg_fail(const char *what, int line, int count, int other) {
   snprintf(hg_err, sizeof hg_err, what, line, count, hg_nthr, other);
