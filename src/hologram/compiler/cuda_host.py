@@ -212,8 +212,9 @@ static int hg_run_block(char *stacks, long stack_bytes, int mode) {
     if (released) continue;
     if (bar == hg_nthr) {
       if (other_line >= 0)
-        return hg_fail("threads wait at different __syncthreads (line %d and line %d of "
-                       "the source)", bar_line, other_line, 0);
+        return hg_fail("a barrier some threads never reach: threads wait at different "
+                       "__syncthreads (line %d and line %d of the source)", bar_line,
+                       other_line, 0);
       for (int i = 0; i < hg_nthr; i++) hg_fib[i].state = HG_RUN;
       continue;
     }
