@@ -154,7 +154,7 @@ def test_composites_match_reference(executors, name):
 
 
 # --- random programs ---------------------------------------------------------------------
-SETTINGS = settings(max_examples=10, deadline=None, derandomize=True,
+SETTINGS = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -174,7 +174,7 @@ def test_random_programs_f64(executors, case, seed):
                    rtol=1e-9, atol=1e-12, seed=seed)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=20)
 @given(programs(dtype="f32", attention=True, max_ops=4), st.integers(0, 2**32 - 1))
 def test_random_programs_with_attention(executors, case, seed):
     fn, specs = case
@@ -182,7 +182,7 @@ def test_random_programs_with_attention(executors, case, seed):
                    rtol=2e-4, atol=1e-5, seed=seed)
 
 
-@settings(SETTINGS, max_examples=8)
+@settings(SETTINGS, max_examples=20)
 @given(programs(dtype="f32", gemm=True, empty=True, max_ops=6), st.integers(0, 2**32 - 1))
 def test_random_programs_with_an_empty_axis(executors, case, seed):
     fn, specs = case
