@@ -15,7 +15,8 @@ in place on the caller's memory.
 __version__ = "0.2.0"
 
 from . import errors, isa, ops  # noqa: E402
-from .backends import registry as backend  # noqa: E402
+from . import backend  # noqa: E402
+from .backend import BackendType, validate_backend  # noqa: E402
 from .backends.registry import (  # noqa: E402
     available_backends,
     get_default_backend,
@@ -36,9 +37,9 @@ from .jit import explain, jit  # noqa: E402
 from .memory.output_cache import empty_cache, output_cache  # noqa: E402
 
 __all__ = [
-    "BackendUnavailableError", "Buffer", "Executor", "HologramError", "OutOfMemoryError",
+    "BackendType", "BackendUnavailableError", "Buffer", "Executor", "HologramError", "OutOfMemoryError",
     "Program", "VerifyError", "__version__", "available_backends", "backend",
     "default_executor", "empty_cache", "errors", "explain", "from_dlpack",
     "get_default_backend", "is_cuda_available", "is_metal_available", "isa", "jit", "ops",
-    "output_cache",
+    "output_cache", "validate_backend",
 ]

@@ -129,7 +129,7 @@ def create(name: str) -> Backend:
     """Instantiate backend ``name`` ('auto' resolves first); raise with the reason if absent."""
     if not isinstance(name, str):
         raise BackendUnavailableError(f"backend: expected a string, got {type(name).__name__}")
-    name = name.lower()
+    name = str(getattr(name, "value", name)).lower()  # a BackendType is its value
     if name == "auto":
         name = get_default_backend()
     reason = why_unavailable(name)
