@@ -14,8 +14,7 @@ in place on the caller's memory.
 
 __version__ = "0.2.0"
 
-from . import errors, isa, ops  # noqa: E402
-from . import backend  # noqa: E402
+from . import backend, errors, isa, ops  # noqa: E402
 from .backend import BackendType, validate_backend  # noqa: E402
 from .backends.registry import (  # noqa: E402
     available_backends,
@@ -37,7 +36,8 @@ from .jit import explain, jit  # noqa: E402
 from .memory.output_cache import empty_cache, output_cache  # noqa: E402
 
 __all__ = [
-    "BackendType", "BackendUnavailableError", "Buffer", "Executor", "HologramError", "OutOfMemoryError",
+    "BackendType", "BackendUnavailableError", "Buffer", "Executor", "HologramError",
+    "OutOfMemoryError",
     "Program", "VerifyError", "__version__", "available_backends", "backend",
     "default_executor", "empty_cache", "errors", "explain", "from_dlpack",
     "get_default_backend", "is_cuda_available", "is_metal_available", "isa", "jit", "ops",
