@@ -331,3 +331,20 @@ def test_reference_agrees_on_a_fresh_input_each_order(executors):
     assert_close(results[0], want[0], rtol=1e-12, atol=1e-12)
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
+
+
+def test_gemm_over_two_batch_axes_of_permuted_views(executors):
+    """Attention's products: batch axes that do not merge (one cuBLAS strided-batched call
+    per outer index, each operand stepping by its own stride)."""
+    def fn(x, y):
+        q = x.reshape((2, 6, 4, 16)).permute((0, 2, 1, 3))
+        k = y.reshape((2, 5, 4, 16)).permute((0, 2, 3, 1))
+        return q @ k
+
+    p = b.program(fn, [("f64", (2, 6, 64)), ("f64", (2, 5, 64))])
+    rng = np.random.default_rng(11)
+    inputs = [rng.standard_normal((2, 6, 64)), rng.standard_normal((2, 5, 64))]
+    ex, _ = executors[0]
+    (call,) = [s for s in ex.backend.compile(p).steps if not isinstance(s, KernelLaunch)]
+    assert call.batch == 4 and len(call.outer) == 2
+    _check_program(executors, p, inputs, rtol=1e-12, atol=1e-12)

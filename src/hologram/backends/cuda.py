@@ -126,8 +126,9 @@ def gemm_call(desc: GemmDesc, slots: dict[Any, int]) -> GemmCall:
     strides = [op.batch_strides for op in (desc.a, desc.b, desc.c)]
     outer = []
     for idx in itertools.product(*(range(s) for s in batch[:-1])):
-        outer.append(tuple(item * sum(i * st for i, st in zip(idx, s[:-1], strict=True))
-                           for s in strides))
+        da, db, dc = (item * sum(i * st for i, st in zip(idx, s[:-1], strict=True))
+                      for s in strides)
+        outer.append((db, da, dc))  # cuBLAS's A is the program's B
 
     def operand(op: Any, st: tuple[int, ...]) -> tuple[int, int, int, int]:
         return slots[op.ref], op.offset * item, op.ld, st[-1] if st else 0
