@@ -36,12 +36,16 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 #: (threads per block, thread order): every check runs under each.
 CONFIGS = [(32, "forward"), (64, "reverse"), (128, "shuffled")]
+#: scripts/gpu_check.sh runs this file on a GPU with HOLOGRAM_CUDA_TEST_DEVICE=gpu (the
+#: thread orders are then the hardware's; the harness tests need the emulator).
+KIND = os.environ.get("HOLOGRAM_CUDA_TEST_DEVICE", "emulated")
+emulator_only = pytest.mark.skipif(KIND != "emulated", reason="checks the emulator itself")
 
 
 @pytest.fixture(scope="module")
 def emulated():
     old = os.environ.get(DEVICE_ENV)
-    os.environ[DEVICE_ENV] = "emulated"
+    os.environ[DEVICE_ENV] = KIND
     reason = registry.why_unavailable("cuda")
     if reason is not None:
         pytest.skip(f"emulated cuda unavailable: {reason}")
@@ -233,6 +237,7 @@ def _row_sum_program() -> hg.Program:
     return b.program(lambda x: x.sum(1), [("f32", (3, 200))])
 
 
+@emulator_only
 def test_a_kernel_missing_its_barriers_is_caught(executors):
     """hg_block_reduce without __syncthreads: warps read the shared partials before the
     other warps wrote them, so some block size and order gives a wrong sum."""
@@ -251,6 +256,7 @@ def test_a_kernel_missing_its_barriers_is_caught(executors):
     assert wrong, "removing the barriers went unnoticed at every block size and order"
 
 
+@emulator_only
 def test_a_barrier_in_a_divergent_branch_is_an_error(executors):
     p = _row_sum_program()
     x = np.ones((3, 200), np.float32)
@@ -264,6 +270,7 @@ def test_a_barrier_in_a_divergent_branch_is_an_error(executors):
 
 
 # --- selection, planning, memory ---------------------------------------------------------
+@emulator_only
 def test_auto_never_picks_the_emulated_device(emulated):
     assert registry.why_unavailable("cuda") is None
     assert registry.get_default_backend() != "cuda"
@@ -301,6 +308,7 @@ def test_block_size_is_validated(emulated):
             backend.threads_per_block = bad
 
 
+@emulator_only
 def test_buffers_are_device_memory_in_the_pools(executors):
     ex, _ = executors[0]
     buf = ex.allocate((100,))
@@ -314,6 +322,7 @@ def test_buffers_are_device_memory_in_the_pools(executors):
     buf.free()
 
 
+@emulator_only
 def test_reference_agrees_on_a_fresh_input_each_order(executors):
     """The same module, three orders and seeds: bitwise the same result (the kernels'
     reductions have a fixed shape per block size, whatever the thread order)."""
