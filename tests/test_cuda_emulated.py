@@ -312,7 +312,7 @@ def test_block_size_is_validated(emulated):
 def test_buffers_are_device_memory_in_the_pools(executors):
     ex, _ = executors[0]
     buf = ex.allocate((100,))
-    assert type(buf).__name__ == "DeviceBuffer"
+    assert isinstance(buf, hg.buffer.DeviceBuffer)
     assert ex.memory_stats()["allocated_bytes"] >= 400
     buf.from_numpy(np.arange(100, dtype=np.float32))
     np.testing.assert_array_equal(buf.to_numpy(), np.arange(100))
@@ -357,3 +357,35 @@ def test_gemm_over_two_batch_axes_of_permuted_views(executors):
     (call,) = [s for s in ex.backend.compile(p).steps if not isinstance(s, KernelLaunch)]
     assert call.batch == 4 and len(call.outer) == 2
     _check_program(executors, p, inputs, rtol=1e-12, atol=1e-12)
+
+
+@emulator_only
+def test_dlpack_on_a_gpu_goes_through_the_device_with_the_consumers_stream(executors):
+    """The export path a GPU takes (the emulated device exports host copies): the memory
+    says kDLCUDA, so ``__dlpack__`` hands the device its pointer, our stream and the
+    consumer's; a host copy (``dl_device=(1, 0)``) still goes the DeviceBuffer way."""
+    ex, _ = executors[0]
+    buf = ex.allocate((3, 4)).from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4))
+    mem = ex._device
+    calls = []
+
+    class Recorder:
+        def __getattr__(self, name):  # everything else: the emulated device
+            return getattr(saved[1], name)
+
+        def export_dlpack(self, ptr, nbytes, dtype, shape, owner, stream, consumer):
+            calls.append((ptr, nbytes, dtype, shape, stream, consumer))
+            return "capsule"
+
+    saved = (mem.dlpack_device, mem.device)
+    mem.dlpack_device, mem.device = (2, 0), Recorder()
+    try:
+        assert buf.__dlpack__(stream=7) == "capsule"
+        host = np.from_dlpack(buf, device="cpu", copy=True)
+    finally:
+        mem.dlpack_device, mem.device = saved
+    ((ptr, nbytes, dtype, shape, stream, consumer),) = calls
+    assert ptr == buf.view().handle.ptr + buf.view().offset and nbytes == 48
+    assert shape == (3, 4) and dtype == np.float32
+    assert stream is mem.stream and consumer == 7
+    np.testing.assert_array_equal(host, np.arange(12).reshape(3, 4))

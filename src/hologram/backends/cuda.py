@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..buffer import DeviceBuffer
 from ..compiler.gemm_layout import GemmDesc, gemm_desc, unreadable_operand
 from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launches
 from ..compiler.render_cuda import render_cuda
@@ -86,6 +87,28 @@ class CudaMemory:
 
     def clear(self, handle: Allocation, offset: int, nbytes: int) -> None:
         self.device.memset(handle.ptr + offset, 0, nbytes, self.stream)
+
+
+class CudaBuffer(DeviceBuffer):
+    """A Buffer in CUDA device memory. On a GPU, DLPack exports it zero-copy (a CUDA
+    pointer, ``__dlpack_device__() == (2, 0)``) with stream semantics: the consumer's
+    ``stream`` waits for the work queued on ours. Anything else (a host copy asked for
+    with ``dl_device=(1, 0)``, the emulated device) goes the DeviceBuffer way."""
+
+    __slots__ = ()
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        mem = self._executor._device
+        wanted = None if dl_device is None else tuple(int(v) for v in dl_device)
+        if mem.dlpack_device[0] != DLPACK_CUDA or wanted not in (None, mem.dlpack_device) \
+                or copy:
+            return super().__dlpack__(stream=stream, max_version=max_version,
+                                      dl_device=dl_device, copy=copy)
+        self._check()
+        a = self._array
+        return mem.device.export_dlpack(a.handle.ptr + a.offset if a.nbytes else 0, a.nbytes,
+                                        a.dtype, a.shape, a.handle, mem.stream, stream)
 
 
 @dataclass(frozen=True)
@@ -188,6 +211,7 @@ class CudaBackend(Backend):
 
     name = "cuda"
     device_type = "cuda"
+    buffer_type = CudaBuffer
 
     def __init__(self) -> None:
         self.device: CudaDevice = open_device()

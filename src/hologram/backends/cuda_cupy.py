@@ -170,6 +170,16 @@ class CupyDevice:
                one.ctypes.data, a, lda, stride_a, b, ldb, stride_b, zero.ctypes.data, c, ldc,
                stride_c, batch)
 
+    def export_dlpack(self, ptr: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...],
+                      owner: Any, stream: Any, consumer_stream: Any) -> Any:
+        """Through a CuPy array over the memory: CuPy's ``__dlpack__`` makes the
+        consumer's stream wait on the current one, which is ours here."""
+        cp = self.cp
+        mem = cp.cuda.UnownedMemory(ptr, max(nbytes, 1), owner)
+        arr = cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, 0))
+        with cp.cuda.ExternalStream(self._stream_ptr(stream)):
+            return arr.__dlpack__(stream=consumer_stream)
+
     # --- ordering -------------------------------------------------------------------
     def stream(self) -> Any:
         return self.cp.cuda.Stream(non_blocking=True)

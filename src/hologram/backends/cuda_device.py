@@ -104,6 +104,12 @@ class CudaDevice(Protocol):
         """cuBLAS's column-major ``C[i] = op(A[i]) @ op(B[i])`` (alpha 1, beta 0) for
         ``i < batch``; addresses and strides in elements of ``dtype``."""
 
+    def export_dlpack(self, ptr: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...],
+                      owner: Any, stream: Any, consumer_stream: Any) -> Any:
+        """A DLPack capsule of the C-contiguous device array at ``ptr`` (kept alive by
+        ``owner``); the consumer's stream waits for the work queued on ``stream``. Only a
+        GPU exports device memory (the emulated device's buffers export host copies)."""
+
     # --- ordering -------------------------------------------------------------------
     def stream(self) -> Any:
         """A new stream (work on it runs in order)."""
