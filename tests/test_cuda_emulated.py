@@ -389,3 +389,21 @@ def test_dlpack_on_a_gpu_goes_through_the_device_with_the_consumers_stream(execu
     assert shape == (3, 4) and dtype == np.float32
     assert stream is mem.stream and consumer == 7
     np.testing.assert_array_equal(host, np.arange(12).reshape(3, 4))
+
+
+def test_tf32_gemm_is_the_backends_choice(emulated):
+    """Off by default (f32 exact to BLAS rounding); allowed, f32 products read tf32 inputs
+    (the emulated device rounds them as tensor cores do: ~1e-3 relative)."""
+    p = b.program(lambda x, y: x @ y, [("f32", (8, 64)), ("f32", (64, 8))])
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((8, 64), np.float32), rng.standard_normal((64, 8), np.float32)
+    want = x.astype(np.float64) @ y.astype(np.float64)
+    for tf32 in (False, True):
+        with hg.Executor("cuda") as ex:
+            ex.backend.allow_tf32 = tf32
+            (call,) = ex.backend.compile(p).steps
+            assert call.tf32 is tf32
+            out = np.zeros((8, 8), np.float32)
+            ex.launch(p, [x, y], [out])
+        err = np.abs(out - want).max() / np.abs(want).max()
+        assert (err < 1e-6) if not tf32 else (1e-5 < err < 1e-2), (tf32, err)

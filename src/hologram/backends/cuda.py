@@ -139,9 +139,10 @@ class GemmCall:
     c: tuple[int, int, int, int]
     batch: int
     outer: tuple[tuple[int, int, int], ...]
+    tf32: bool = False  # f32 inputs rounded to tf32 on tensor cores (the backend's choice)
 
 
-def gemm_call(desc: GemmDesc, slots: dict[Any, int]) -> GemmCall:
+def gemm_call(desc: GemmDesc, slots: dict[Any, int], tf32: bool = False) -> GemmCall:
     """The cuBLAS calls computing ``desc`` (a row-major product, BLAS-readable views)."""
     item = 8 if desc.dtype == "f64" else 4
     batch = desc.batch
@@ -159,7 +160,8 @@ def gemm_call(desc: GemmDesc, slots: dict[Any, int]) -> GemmCall:
     # row-major C = A @ B  <=>  column-major C^T = B^T @ A^T
     return GemmCall(desc.dtype, desc.b.trans, desc.a.trans, desc.n, desc.m, desc.k,
                     operand(desc.b, strides[1]), operand(desc.a, strides[0]),
-                    operand(desc.c, strides[2]), last, tuple(outer) or ((0, 0, 0),))
+                    operand(desc.c, strides[2]), last, tuple(outer) or ((0, 0, 0),),
+                    tf32 and desc.dtype == "f32")
 
 
 @dataclass
@@ -219,6 +221,9 @@ class CudaBackend(Backend):
         self.stream = self.device.stream()
         self.memory = CudaMemory(self.device, self.stream)
         self._threads = 256
+        #: f32 GEMMs may round their inputs to tf32 (faster on tensor cores, ~1e-3
+        #: relative error, as torch.backends.cuda.matmul.allow_tf32); off by default.
+        self.allow_tf32 = False
         self._lock = threading.RLock()
 
     # --- configuration --------------------------------------------------------------
@@ -283,7 +288,7 @@ class CudaBackend(Backend):
         steps: list[KernelLaunch | GemmCall] = []
         for i, st in enumerate(sched.steps):
             if isinstance(st, GemmPlan):
-                steps.append(gemm_call(gemms[i], low.slots))
+                steps.append(gemm_call(gemms[i], low.slots, self.allow_tf32))
                 continue
             names = ([st.name] if isinstance(st, KernelPlan) else
                      [n for n in launch_map if n.startswith(st.name + "_")])
@@ -370,7 +375,7 @@ class CudaBackend(Backend):
                 dev.gemm_strided_batched(
                     step.dtype, step.trans_a, step.trans_b, step.m, step.n, step.k,
                     addresses[sa] + oa + da, lda, bsa, addresses[sb] + ob + db, ldb, bsb,
-                    addresses[sc] + oc + dc, ldc, bsc, step.batch, stream)
+                    addresses[sc] + oc + dc, ldc, bsc, step.batch, stream, step.tf32)
 
     def _check_index(self, c: CudaProgram) -> None:
         """Raise the IndexError a kernel recorded (reading the record waits for the

@@ -191,11 +191,14 @@ class EmulatedDevice:
                              k: int, a: int, lda: int, stride_a: int, b: int, ldb: int,
                              stride_b: int, c: int, ldc: int, stride_c: int, batch: int,
                              stream: Any = None, tf32: bool = False) -> None:
-        """cuBLAS's column-major strided-batched GEMM as NumPy matmul on strided views
-        (tf32 is computed in full f32)."""
+        """cuBLAS's column-major strided-batched GEMM as NumPy matmul on strided views;
+        with ``tf32`` the inputs are first rounded to tf32 (10 mantissa bits), as tensor
+        cores read them."""
         t = np.dtype(_NP[dtype])
         A = _colmajor(a, t, batch, stride_a, *((k, m) if trans_a else (m, k)), lda)  # noqa: N806
         B = _colmajor(b, t, batch, stride_b, *((n, k) if trans_b else (k, n)), ldb)  # noqa: N806
+        if tf32 and dtype == "f32":
+            A, B = _tf32(A), _tf32(B)  # noqa: N806
         C = _colmajor(c, t, batch, stride_c, m, n, ldc)  # noqa: N806
         np.matmul(A.swapaxes(1, 2) if trans_a else A, B.swapaxes(1, 2) if trans_b else B,
                   out=C)
@@ -215,6 +218,13 @@ class EmulatedDevice:
 
     def synchronize(self, stream: Any = None) -> None:
         """Every call finished before it returned."""
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """A copy of float32 ``x`` rounded to tf32 (nearest, ties away from zero; NaN kept)."""
+    bits = np.ascontiguousarray(x).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isnan(x), x, rounded)
 
 
 def _colmajor(ptr: int, t: np.dtype, batch: int, stride: int, rows: int, cols: int,
