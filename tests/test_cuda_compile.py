@@ -1,4 +1,5 @@
-"""Every CUDA kernel hologram renders compiles through NVRTC to sm_90, with no GPU.
+"""Every CUDA kernel hologram renders compiles through NVRTC to sm_80 and sm_90 cubins
+(Ampere and Hopper), with no GPU.
 
 Covers the op library's programs, the composite suite and random test programs.
 Skips (with the reason) where NVRTC is not installed: `pip install -e '.[cuda]'`.
@@ -21,6 +22,7 @@ from .programs import programs
 from .test_fusion import CASES
 
 pytestmark = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
+ARCHS = ("sm_80", "sm_90")
 
 
 def compile_for_gpu(p: hg.Program) -> dict:
@@ -33,8 +35,9 @@ def compile_for_gpu(p: hg.Program) -> dict:
 
     low = lower(p, render)
     if any(hasattr(step, "sinks") for step in low.schedule.steps):
-        cubin = nvrtc.compile_cubin(low.source, "sm_90")
-        assert cubin[:4] == b"\x7fELF"
+        for arch in ARCHS:
+            cubin = nvrtc.compile_cubin(low.source, arch)
+            assert cubin[:4] == b"\x7fELF"
     return launch
 
 

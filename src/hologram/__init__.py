@@ -14,8 +14,8 @@ in place on the caller's memory.
 
 __version__ = "0.2.0"
 
-from . import errors, isa, ops  # noqa: E402
-from .backends import registry as backend  # noqa: E402
+from . import backend, errors, isa, ops  # noqa: E402
+from .backend import BackendType, validate_backend  # noqa: E402
 from .backends.registry import (  # noqa: E402
     available_backends,
     get_default_backend,
@@ -37,9 +37,10 @@ from .memory.output_cache import empty_cache, output_cache  # noqa: E402
 from .threads import get_num_threads, set_num_threads  # noqa: E402
 
 __all__ = [
-    "BackendUnavailableError", "Buffer", "Executor", "HologramError", "OutOfMemoryError",
+    "BackendType", "BackendUnavailableError", "Buffer", "Executor", "HologramError",
+    "OutOfMemoryError",
     "Program", "VerifyError", "__version__", "available_backends", "backend",
     "default_executor", "empty_cache", "errors", "explain", "from_dlpack",
     "get_default_backend", "get_num_threads", "is_cuda_available", "is_metal_available",
-    "isa", "jit", "ops", "output_cache", "set_num_threads",
+    "isa", "jit", "ops", "output_cache", "set_num_threads", "validate_backend",
 ]

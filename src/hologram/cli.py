@@ -26,8 +26,12 @@ import numpy as np
 
 from . import __version__
 from .backends import registry
+from .backends.cuda_device import emulated_requested
 from .cache import cache_dir
 from .errors import HologramError
+
+EMULATED_SUMMARY = ("EMULATED CUDA device (HOLOGRAM_CUDA_DEVICE=emulated): CUDA C run on the "
+                    "CPU through the host C++ compiler, not a GPU; 'auto' never picks it")
 
 if TYPE_CHECKING:
     from .executor import Executor
@@ -68,6 +72,10 @@ def collect_info() -> dict[str, Any]:
         reason = registry.why_unavailable(name)
         backends[name] = {"available": reason is None, "reason": reason,
                           "summary": entry.summary}
+    if backends["cuda"]["available"] and emulated_requested():
+        # Never presented as a GPU: say which device the cuda backend would run on.
+        backends["cuda"]["summary"] = EMULATED_SUMMARY
+        backends["cuda"]["device"] = "emulated"
     directory = cache_dir()
     return {
         "version": __version__,

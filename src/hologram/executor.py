@@ -65,7 +65,8 @@ class Executor:
         # have none and the pools use host memory.
         self._device: DeviceMemory | None = getattr(self.backend, "device_memory", None)
         allocator = aligned_empty if self._device is None else device_allocator(self._device)
-        self._buffer_type = Buffer if self._device is None else DeviceBuffer
+        self._buffer_type = Buffer if self._device is None else getattr(
+            self.backend, "buffer_type", DeviceBuffer)
         self._memory = MemoryManager(limit=memory_limit, allocator=allocator)
         self._buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
         self._kernels: dict[str, Any] = {}

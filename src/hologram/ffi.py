@@ -328,6 +328,41 @@ def buffer_to_bytes(exec_handle: int, buffer_handle: int) -> bytes:
     return buf.to_bytes()
 
 
+def _address(buf: Buffer, what: str) -> int:
+    """The first byte of ``buf``'s memory: a host address on host backends, the device
+    address on CUDA (the emulated device's device addresses are host addresses)."""
+    buf._check(what=what)
+    a = buf.view()
+    if isinstance(a, np.ndarray):
+        return int(a.ctypes.data)
+    ptr = getattr(a.handle, "ptr", None)
+    if a.nbytes and ptr is None:
+        raise ArgumentTypeError(f"{what}: a {buf.device} buffer has no address (its memory is "
+                                "reached only through its API)")
+    return int(ptr) + a.offset if ptr is not None else 0
+
+
+def buffer_as_ptr(exec_handle: int, buffer_handle: int) -> int:
+    """The buffer's address, to read its float32 elements from native code: the host
+    address on the CPU, the device pointer on CUDA.
+
+    Lifetime: the address is valid until the buffer is freed (``buffer_cleanup``,
+    ``executor_cleanup``); using it afterwards reads memory the pool may have given to
+    another buffer. On a device, work launched on the buffer may still be running:
+    synchronize the executor before reading. A freed buffer raises."""
+    _, (buf,) = _resolve(exec_handle, (buffer_handle, "buffer_handle"))
+    return _address(buf, "buffer_handle")
+
+
+def buffer_as_mut_ptr(exec_handle: int, buffer_handle: int) -> int:
+    """:func:`buffer_as_ptr` for writing: refused (BufferStateError) for a read-only
+    buffer, as well as for a freed one. The same lifetime rule holds."""
+    _, (buf,) = _resolve(exec_handle, (buffer_handle, "buffer_handle"))
+    buf._check(what="buffer_handle")
+    buf._require_writable("buffer_as_mut_ptr")
+    return _address(buf, "buffer_handle")
+
+
 def buffer_fill(exec_handle: int, buffer_handle: int, value: float, n: int | None = None
                 ) -> None:
     """Set the first ``n`` elements (default: all) to ``value``."""
@@ -463,6 +498,8 @@ __all__ = [
     "buffer_copy_from_slice",
     "buffer_fill",
     "buffer_length",
+    "buffer_as_mut_ptr",
+    "buffer_as_ptr",
     "buffer_to_bytes",
     "buffer_to_vec",
     "clear_all_registries",

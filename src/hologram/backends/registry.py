@@ -8,7 +8,6 @@ requests an adapter (about a second) once per process, when first asked.
 
 from __future__ import annotations
 
-import ctypes.util
 import importlib
 import importlib.util
 import sys
@@ -27,11 +26,17 @@ def _has_module(name: str) -> bool:
 
 
 def _probe_cuda() -> str | None:
-    if ctypes.util.find_library("cuda") is None:
-        return "no NVIDIA driver (libcuda not found)"
-    if not _has_module("hologram.backends.cuda"):
-        return "the CUDA backend is not part of this build yet"
-    return None
+    # HOLOGRAM_CUDA_DEVICE=emulated: the emulated device (CPU), else a GPU with a driver.
+    from .cuda_device import why_unavailable as cuda_problem
+
+    return cuda_problem()
+
+
+def _auto_cuda() -> bool:
+    """'auto' never picks the emulated device: it is no GPU, and slower than the CPU."""
+    from .cuda_device import emulated_requested
+
+    return not emulated_requested()
 
 
 def _probe_webgpu() -> str | None:
@@ -113,6 +118,8 @@ def is_metal_available() -> bool:
 def get_default_backend() -> str:
     """The backend 'auto' picks: the first available in PREFERENCE order."""
     for name in PREFERENCE:
+        if name == "cuda" and not _auto_cuda():
+            continue
         if why_unavailable(name) is None:
             return name
     return "reference"  # pragma: no cover - cpu is always available
@@ -122,7 +129,7 @@ def create(name: str) -> Backend:
     """Instantiate backend ``name`` ('auto' resolves first); raise with the reason if absent."""
     if not isinstance(name, str):
         raise BackendUnavailableError(f"backend: expected a string, got {type(name).__name__}")
-    name = name.lower()
+    name = str(getattr(name, "value", name)).lower()  # a BackendType is its value
     if name == "auto":
         name = get_default_backend()
     reason = why_unavailable(name)
