@@ -58,6 +58,11 @@ class OutOfMemoryError(HologramError, MemoryError):
     """A memory pool reached its configured limit."""
 
 
+class NumpyUnsupportedError(HologramError, NotImplementedError):
+    """``@hg.jit`` cannot trace a NumPy call, argument or keyword; the message names the
+    NumPy function and the argument, and says what to write instead where there is a way."""
+
+
 class HandleError(HologramError, KeyError):
     """The handle API was given an unknown or already released handle."""
 
@@ -75,6 +80,7 @@ __all__ = [
     "DTypeError",
     "HandleError",
     "HologramError",
+    "NumpyUnsupportedError",
     "OutOfMemoryError",
     "ParseError",
     "ShapeError",
