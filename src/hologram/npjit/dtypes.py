@@ -52,6 +52,8 @@ def of(x: Any) -> Any:
     dtype, or the Python type of a Python scalar (a weak scalar)."""
     if isinstance(x, Var):
         return to_numpy(x.v.dtype)
+    if isinstance(x, (np.ndarray, np.generic)):  # np.float64 is also a Python float
+        return x.dtype
     if isinstance(x, bool):
         return bool
     if isinstance(x, int):
@@ -65,8 +67,8 @@ def of(x: Any) -> Any:
 
 def result_type(*operands: Any) -> np.dtype:
     """``np.result_type`` with NEP 50's weak Python scalars."""
-    return np.result_type(*(o if isinstance(o, (bool, int, float)) else of(o)
-                            for o in operands))
+    return np.result_type(*(o if isinstance(o, (bool, int, float))
+                            and not isinstance(o, np.generic) else of(o) for o in operands))
 
 
 def default_float(d: np.dtype) -> np.dtype:

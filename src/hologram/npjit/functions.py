@@ -107,6 +107,8 @@ def _astype(x: Value, dtype: Any, func: str = "astype") -> Value:
 
 def _round(p: dict[str, Any]) -> Value:
     x, dec = _a(p, "a", "round"), int(p["decimals"])
+    if x.dtype is D.boolean:
+        raise unsupported("round", "a", "NumPy rounds bool to float16, which cannot be traced")
     if not x.dtype.is_float:
         if dec >= 0:
             return x
@@ -329,6 +331,10 @@ FUNCTIONS: dict[Callable[..., Any], Row] = {
     np.std: lambda p: R.std(_a(p), p["axis"], p["dtype"], p["ddof"], _kd(p),
                             mean_=p.get("mean"), correction=p.get("correction")),
     np.max: lambda p: R.extreme(_a(p), p["axis"], _kd(p), p.get("initial"), _where(p)),
+    np.amax: lambda p: R.extreme(_a(p), p["axis"], _kd(p), p.get("initial"), _where(p),
+                                 "amax"),
+    np.amin: lambda p: R.extreme(_a(p), p["axis"], _kd(p), p.get("initial"), _where(p),
+                                 "amin", Op.RMIN),
     np.min: lambda p: R.extreme(_a(p), p["axis"], _kd(p), p.get("initial"), _where(p),
                                 "min", Op.RMIN),
     np.ptp: lambda p: R.ptp(_a(p), p["axis"], _kd(p)),

@@ -63,6 +63,12 @@ def _normalize(key: Any) -> list[Any]:
     return out
 
 
+def is_basic(key: Any) -> bool:
+    """Whether NumPy's result for ``key`` is a view (no advanced index in it)."""
+    items = key if isinstance(key, tuple) else (key,)
+    return not any(_is_advanced(k) for k in items)
+
+
 def _consumes(k: Any) -> int:
     if k is None or k is Ellipsis:
         return 0

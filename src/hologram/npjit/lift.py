@@ -10,6 +10,7 @@ array the function reads from a closure cell or a global is rebound.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,8 @@ def _const(x: Any, d: np.dtype, func: str, arg: str) -> Value:
     row = to_isa(d, func, arg)
     if row.kind == "i":
         info = np.iinfo(d)
+        if isinstance(x, float) and not math.isfinite(x):
+            raise unsupported(func, arg, f"{x!r} cannot be an integer constant of {d}")
         if not info.min <= int(x) <= info.max:
             raise unsupported(func, arg, f"{x!r} is out of bounds for {d}")
     return B.const(x, row, ())
@@ -79,13 +82,14 @@ def value(x: Any, func: str, arg: str, dtype: np.dtype | None = None) -> Value:
     """``x`` as an ISA value, cast to ``dtype`` when given (NumPy's unsafe cast)."""
     if isinstance(x, Var):
         v = x.v
+    elif isinstance(x, np.generic):  # before float: np.float64 is a Python float too
+        if dtype is not None and np.dtype(dtype) in TRACEABLE:
+            with np.errstate(all="ignore"):
+                return _const(np.asarray(x).astype(dtype).item(), np.dtype(dtype), func, arg)
+        return _const(x.item(), x.dtype, func, arg)
     elif isinstance(x, (bool, int, float)):
         d = np.dtype(dtype) if dtype is not None else np.asarray(x).dtype
         return _const(x, d, func, arg)
-    elif isinstance(x, np.generic):
-        if dtype is not None and np.dtype(dtype) in TRACEABLE:
-            return _const(np.asarray(x).astype(dtype).item(), np.dtype(dtype), func, arg)
-        return _const(x.item(), x.dtype, func, arg)
     elif isinstance(x, np.ndarray):
         v = _array(x, func, arg)
     elif isinstance(x, (list, tuple)):

@@ -47,16 +47,22 @@ def _ufunc(u: np.ufunc) -> Callable[..., Any]:
     return op, rop
 
 
-def _refuse_inplace(name: str) -> Callable[..., Any]:
+def _inplace(name: str) -> Callable[..., Any]:
     u = getattr(np, name)
 
     def iop(self: Traced, other: Any) -> Any:
-        if self._view:
-            raise unsupported(f"{name} (in place)", "self", "this traced value is an "
-                              "argument or a view of one; NumPy would write into the "
-                              "caller's array. Write `x = x ...` or copy it first")
-        return self._apply(u, (self, other))
+        r = self._apply(u, (self, other))
+        if r is NotImplemented:
+            return r
+        self._write(r.v, f"{name} (in place)")
+        return self
     return iop
+
+
+#: What a traced value is a view of: ARG (a jit argument, or a view of one: writing
+#: would change the caller's array), OPAQUE (a reshape or transpose of a value: not
+#: written through), or (parent, key) for a basic-index view, written through.
+ARG, OPAQUE = "argument", "opaque"
 
 
 class Traced(Var):
@@ -65,9 +71,26 @@ class Traced(Var):
     __slots__ = ("_view",)
     __array_priority__ = 1000
 
-    def __init__(self, v: Value, view: bool = False) -> None:
+    def __init__(self, v: Value, view: Any = None) -> None:
         super().__init__(v)
         self._view = view
+
+    def _write(self, new: Value, what: str) -> None:
+        """Replace this value by ``new``; a basic-index view writes through to the
+        value it views (NumPy's ``y[1:3] += 1``)."""
+        if self._view == ARG:
+            raise unsupported(what, "self", "this traced value is an argument or a view "
+                              "of one; NumPy would write into the caller's array. Copy "
+                              "it first (y = x.copy()) or write y = np.where(...)")
+        if self._view == OPAQUE:
+            raise unsupported(what, "self", "writing through a reshape or transpose view "
+                              "is not traced; write into the array it views")
+        if new.dtype is not self.v.dtype or new.shape != self.v.shape:
+            new = B.cast(B.expand(new, self.v.shape), self.v.dtype)
+        self.v = new
+        if isinstance(self._view, tuple):
+            parent, key = self._view
+            parent._write(indexing.setitem(parent.v, key, self), what)
 
     # --- NumPy protocols -------------------------------------------------------
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kw: Any) -> Any:
@@ -154,11 +177,16 @@ class Traced(Var):
     __ge__, _ = _ufunc(np.greater_equal)
     __eq__, _ = _ufunc(np.equal)  # type: ignore[assignment]
     __ne__, _ = _ufunc(np.not_equal)  # type: ignore[assignment]
-    __iadd__ = _refuse_inplace("add")
-    __isub__ = _refuse_inplace("subtract")
-    __imul__ = _refuse_inplace("multiply")
-    __itruediv__ = _refuse_inplace("divide")
-    __ipow__ = _refuse_inplace("power")
+    __iadd__ = _inplace("add")
+    __isub__ = _inplace("subtract")
+    __imul__ = _inplace("multiply")
+    __itruediv__ = _inplace("divide")
+    __ifloordiv__ = _inplace("floor_divide")
+    __imod__ = _inplace("remainder")
+    __ipow__ = _inplace("power")
+    __iand__ = _inplace("bitwise_and")
+    __ior__ = _inplace("bitwise_or")
+    __ixor__ = _inplace("bitwise_xor")
     del _
 
     def __divmod__(self, o: Any) -> Any:
@@ -178,14 +206,16 @@ class Traced(Var):
 
     # --- indexing -----------------------------------------------------------------
     def __getitem__(self, key: Any) -> Traced:
-        return Traced(indexing.getitem(self.v, key), view=True)
+        r = Traced(indexing.getitem(self.v, key))
+        if indexing.is_basic(key):  # NumPy returns a view; advanced indexing a copy
+            r._view = ARG if self._view == ARG else OPAQUE if self._view == OPAQUE \
+                else (self, key)
+        return r
 
     def __setitem__(self, key: Any, v: Any) -> None:
-        if self._view:
-            raise unsupported("__setitem__", "self", "this traced value is an argument or a "
-                              "view of one; NumPy would write into the caller's array. "
-                              "Copy it first (y = x.copy()) or use np.where")
-        self.v = indexing.setitem(self.v, key, v)
+        if self._view in (ARG, OPAQUE):
+            self._write(self.v, "__setitem__")  # raises the clear error
+        self._write(indexing.setitem(self.v, key, v), "__setitem__")
 
     # --- ndarray attributes -------------------------------------------------------
     @property
@@ -221,7 +251,7 @@ class Traced(Var):
     def _call(self, func: Any, *args: Any, **kw: Any) -> Any:
         r = wrap(functions.call(func, (self, *args), kw))
         if isinstance(r, Traced) and func in _VIEWS:
-            r._view = True
+            r._view = ARG if self._view == ARG else OPAQUE
         return r
 
     # --- ndarray methods (NumPy's functions with self first) ------------------------
@@ -316,7 +346,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[tuple[DType, tuple[int, ...]]]
           name: str = "") -> tuple[Program, list[np.ndarray]]:
     """Trace ``fn`` on one ``Traced`` per argument spec: the program, and the NumPy
     arrays it captured (its hidden inputs, after the arguments, in order)."""
-    args = [Traced(B.ldg(i, d, s), view=True) for i, (d, s) in enumerate(specs)]
+    args = [Traced(B.ldg(i, d, s), view=ARG) for i, (d, s) in enumerate(specs)]
     with tracing(len(specs)) as t:
         result = fn(*args)
         outs = result if isinstance(result, (tuple, list)) else (result,)

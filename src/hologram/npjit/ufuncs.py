@@ -61,9 +61,10 @@ def _cbrt(x: Value) -> Value:
 
 
 def _reciprocal(x: Value) -> Value:
-    if not x.dtype.is_float:
-        raise unsupported("reciprocal", "x", f"the integer reciprocal of {x.dtype} "
-                                             "(1 // x) is not traced; cast to float first")
+    if not x.dtype.is_float:  # C's 1 / x: 1 and -1 keep, 0 gives the minimum (NumPy's)
+        lo = int(np.iinfo(x.dtype.np_dtype).min)
+        unit = L.eq(L.ew(Op.ABS, x), L.k(1, x))
+        return L.where(L.eq(x, L.k(0, x)), L.k(lo, x), L.where(unit, x, L.k(0, x)))
     return L.ew(Op.DIV, L.k(1.0, x), x)
 
 
@@ -261,6 +262,12 @@ REFUSED: dict[str, str] = {
 }
 
 
+#: Loop dtypes hologram cannot hold, computed in one that holds all their values.
+WIDER: dict[np.dtype, np.dtype] = {np.dtype(np.float16): np.dtype(np.float32),
+                                   np.dtype(np.int8): np.dtype(np.int32),
+                                   np.dtype(np.int16): np.dtype(np.int32)}
+
+
 def loop_dtypes(ufunc: np.ufunc, inputs: tuple[Any, ...], dtype: Any) -> tuple[np.dtype, ...]:
     """The dtypes NumPy computes ``ufunc(*inputs)`` in: inputs then outputs."""
     kw = {} if dtype is None else {"signature": (None,) * ufunc.nin
@@ -280,7 +287,10 @@ def apply(ufunc: np.ufunc, inputs: tuple[Any, ...], dtype: Any = None) -> Value 
         why = REFUSED.get(name, "this ufunc is not traced")
         raise unsupported(name, "ufunc", why)
     dts = loop_dtypes(ufunc, inputs, dtype)
-    vals = [value(x, name, f"x{i + 1}", dts[i]) for i, x in enumerate(inputs)]
+    # NumPy runs bool through float16 or int8 loops; where only the inputs have such
+    # a dtype (np.signbit(bool) is bool), compute in the traceable dtype holding them
+    ins = [WIDER.get(d, d) for d in dts[:ufunc.nin]]
+    vals = [value(x, name, f"x{i + 1}", ins[i]) for i, x in enumerate(inputs)]
     outs = [to_isa(d, name, "result") for d in dts[ufunc.nin:]]
     r = impl(*vals)
     rs = r if isinstance(r, tuple) else (r,)
