@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 from common import cpu_busy, cpu_jiffies, markdown_table, render_env  # noqa: E402
 
 BENCHMARKS = ["gelu", "small_op", "softmax_layernorm", "exp", "gemm", "compile", "reduction",
-              "torch_train", "attention", "webgpu"]
+              "numpy", "torch_train", "attention", "webgpu"]
 TIMEOUT_S = 900
 
 

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numpy_idioms import IDIOMS, UNSUPPORTED, Idiom
 
 import hologram as hg
 from hologram.errors import NumpyUnsupportedError
 from hologram.npjit.dtypes import TRACEABLE
+from numpy_idioms import IDIOMS, UNSUPPORTED, Idiom
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.bool_]
 

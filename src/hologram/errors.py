@@ -63,6 +63,10 @@ class NumpyUnsupportedError(HologramError, NotImplementedError):
     NumPy function and the argument, and says what to write instead where there is a way."""
 
 
+class TracedIndexError(NumpyUnsupportedError, IndexError):
+    """An index outside an axis, found while ``@hg.jit`` traces (NumPy's IndexError)."""
+
+
 class HandleError(HologramError, KeyError):
     """The handle API was given an unknown or already released handle."""
 
@@ -84,5 +88,6 @@ __all__ = [
     "OutOfMemoryError",
     "ParseError",
     "ShapeError",
+    "TracedIndexError",
     "VerifyError",
 ]

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TracedIndexError
 from ..isa import builder as B
 from ..isa import dtypes as D
 from ..isa.builder import Var
@@ -24,13 +25,9 @@ from ..isa.opcodes import Op
 from ..isa.value import Value
 from . import logic as L
 from .dtypes import to_numpy
-from .errors import NumpyUnsupportedError, unsupported
+from .errors import unsupported
 from .lift import value
 from .shapes import take_positions
-
-
-class TracedIndexError(NumpyUnsupportedError, IndexError):
-    """An index outside an axis, found while tracing (NumPy's IndexError)."""
 
 
 def _is_advanced(k: Any) -> bool:
