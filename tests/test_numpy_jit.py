@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 import hologram as hg
 from hologram.errors import NumpyUnsupportedError
 from hologram.npjit.dtypes import TRACEABLE
-from numpy_idioms import IDIOMS, UNSUPPORTED, Idiom
+
+from .numpy_idioms import IDIOMS, UNSUPPORTED, Idiom
 
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.bool_]
 

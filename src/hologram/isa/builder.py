@@ -404,11 +404,14 @@ class Var:
     def sum(self, axis=None, keepdims=False) -> Var:
         return type(self)(reduce(Op.RSUM, self.v, axis, keepdims))
 
-    def max(self, axis=None, keepdims=False) -> Var:
-        return type(self)(reduce(Op.RMAX, self.v, axis, keepdims))
+    def max(self, axis=None, keepdims=False, initial=None) -> Var:
+        """An empty reduction gives -inf (the identity), or ``max(-inf, initial)``."""
+        r = type(self)(reduce(Op.RMAX, self.v, axis, keepdims))
+        return r if initial is None else r.maximum(initial)
 
-    def min(self, axis=None, keepdims=False) -> Var:
-        return type(self)(reduce(Op.RMIN, self.v, axis, keepdims))
+    def min(self, axis=None, keepdims=False, initial=None) -> Var:
+        r = type(self)(reduce(Op.RMIN, self.v, axis, keepdims))
+        return r if initial is None else r.minimum(initial)
 
     def prod(self, axis=None, keepdims=False) -> Var:
         return type(self)(reduce(Op.RPROD, self.v, axis, keepdims))
