@@ -159,10 +159,13 @@ JIT_CASES = {
     "sum_rows": (lambda x: x.sum(1), lambda x: x.sum(1), [(0, 3)]),
     "sum_empty_axis": (lambda x: x.sum(0), lambda x: x.sum(0), [(0, 3)]),
     "sum_all": (lambda x: x.sum(), lambda x: x.sum(), [(2, 0, 3)]),
-    "max_empty_axis": (lambda x: x.max(0), lambda x: np.max(x, 0, initial=-np.inf), [(0, 3)]),
-    "min_empty_axis": (lambda x: x.min(1), lambda x: np.min(x, 1, initial=np.inf), [(3, 0)]),
+    "max_empty_axis": (lambda x: x.max(0, initial=-np.inf),
+                       lambda x: np.max(x, 0, initial=-np.inf), [(0, 3)]),
+    "min_empty_axis": (lambda x: x.min(1, initial=np.inf),
+                       lambda x: np.min(x, 1, initial=np.inf), [(3, 0)]),
     "prod_empty_axis": (lambda x: x.prod(0), lambda x: x.prod(0), [(0, 4)]),
-    "max_rows_empty": (lambda x: x.max(1), lambda x: np.max(x, 1, initial=-np.inf), [(0, 5)]),
+    "max_rows_empty": (lambda x: x.max(1, initial=-np.inf),
+                       lambda x: np.max(x, 1, initial=-np.inf), [(0, 5)]),
     "mean_empty_axis": (lambda x: x.mean(1), lambda x: x.mean(1), [(4, 0)]),
     "softmax_no_rows": (lambda x: C.softmax(x, -1), lambda x: _np_softmax(x, -1), [(0, 5)]),
     "softmax_empty_rows": (lambda x: C.softmax(x, -1), lambda x: _np_softmax(x, -1), [(5, 0)]),
@@ -189,6 +192,7 @@ JIT_CASES = {
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("name", sorted(JIT_CASES))
 def test_jit_zero_size_matches_numpy(ex, name, dtype):
+    # jit functions are NumPy code (issue 20): an empty max needs initial=, as in NumPy
     fn, ref, shapes = JIT_CASES[name]
     f = hg.jit(fn)
     ins = _inputs(shapes, dtype, seed=len(name))

@@ -58,6 +58,15 @@ class OutOfMemoryError(HologramError, MemoryError):
     """A memory pool reached its configured limit."""
 
 
+class NumpyUnsupportedError(HologramError, NotImplementedError):
+    """``@hg.jit`` cannot trace a NumPy call, argument or keyword; the message names the
+    NumPy function and the argument, and says what to write instead where there is a way."""
+
+
+class TracedIndexError(NumpyUnsupportedError, IndexError):
+    """An index outside an axis, found while ``@hg.jit`` traces (NumPy's IndexError)."""
+
+
 class HandleError(HologramError, KeyError):
     """The handle API was given an unknown or already released handle."""
 
@@ -75,8 +84,10 @@ __all__ = [
     "DTypeError",
     "HandleError",
     "HologramError",
+    "NumpyUnsupportedError",
     "OutOfMemoryError",
     "ParseError",
     "ShapeError",
+    "TracedIndexError",
     "VerifyError",
 ]

@@ -24,11 +24,14 @@ import numpy as np
 from .errors import ArgumentTypeError, DTypeError, ShapeError
 from .executor import Executor, check_aliasing
 from .interop import default_executor
-from .isa.builder import program as build_program
-from .isa.dtypes import SUPPORTED, to_dtype
+from .isa.dtypes import to_dtype
 from .isa.program import Program
 from .memory.address import data_pointer
 from .memory.output_cache import output_cache
+from .npjit.dtypes import NAMES as TRACEABLE_NAMES
+from .npjit.dtypes import TRACEABLE
+from .npjit.guards import Guard
+from .npjit.traced import trace
 
 
 def _as_array(x: Any, i: int) -> np.ndarray:
@@ -68,6 +71,8 @@ class _Signature:
 
     program: Program
     outputs: list[tuple[np.dtype, tuple[int, ...]]]
+    hidden: list[np.ndarray]  # captured NumPy arrays: inputs after the arguments
+    guard: Guard  # the closure cells and globals the trace read scalars and arrays from
     executor: Executor | None = None  # set on the first call (tracing alone compiles nothing)
     launch: Callable[[list[int]], None] | None = None  # raw addresses in; None: checked path
 
@@ -115,19 +120,25 @@ class JitFunction:
         arrays = [_as_array(a, i) for i, a in enumerate(args)]
         key = tuple([(a.dtype, a.shape) for a in arrays])  # dtypes compare by value
         sig = self._signatures.get(key)
+        if sig is not None and sig.guard and not sig.guard.holds():
+            sig = None  # a captured scalar or array was rebound: trace again
         if sig is None:
             specs = []
             for i, a in enumerate(arrays):
-                d = to_dtype(a.dtype)
-                if d not in SUPPORTED:
-                    raise DTypeError(f"argument {i}: dtype {a.dtype} is not supported")
+                d = TRACEABLE.get(a.dtype)
+                if d is None:
+                    raise DTypeError(f"argument {i}: dtype {a.dtype} is not supported "
+                                     f"(expected one of {TRACEABLE_NAMES})")
                 specs.append((d, a.shape))
             with self._lock:
                 sig = self._signatures.get(key)
-                if sig is None:
-                    p = build_program(self.fn, specs, name=getattr(self.fn, "__name__", "jit"))
+                if sig is None or (sig.guard and not sig.guard.holds()):
+                    guard = Guard(self.fn)
+                    p, hidden = trace(self.fn, specs, name=getattr(self.fn, "__name__", "jit"))
                     outs = [(d.np_dtype, s) for d, s in p.output_specs]
-                    sig = self._signatures[key] = _Signature(p, outs)
+                    sig = self._signatures[key] = _Signature(p, outs, hidden, guard)
+        if sig.hidden:
+            arrays += [_as_array(h, len(arrays) + i) for i, h in enumerate(sig.hidden)]
         return sig, arrays
 
     def program_for(self, *args: Any) -> tuple[Program, list[np.ndarray]]:

@@ -318,6 +318,8 @@ class Var:
 
     Python scalars become constants of the other operand's dtype, so
     ``0.5 * x`` stays f32 when x is f32 (NumPy's rule for Python scalars).
+    Methods return ``type(self)``, so a subclass (the jit's NumPy-speaking
+    ``npjit.traced.Traced``) keeps its own semantics through the composites.
     """
 
     __slots__ = ("v",)
@@ -355,7 +357,7 @@ class Var:
         a, b = (o, self.v) if reverse else (self.v, o)
         if a.dtype is not b.dtype:
             raise VerifyError(f"{op}: operands differ in dtype ({a.dtype} vs {b.dtype})")
-        return Var(elementwise(op, a, b))
+        return type(self)(elementwise(op, a, b))
 
     def __add__(self, o: Operand) -> Var: return self._bin(Op.ADD, o)
     def __radd__(self, o: Operand) -> Var: return self._bin(Op.ADD, o, True)
@@ -369,24 +371,24 @@ class Var:
     def __rpow__(self, o: Operand) -> Var: return self._bin(Op.POW, o, True)
     def __lt__(self, o: Operand) -> Var: return self._bin(Op.CMPLT, o)
     def __gt__(self, o: Operand) -> Var: return self._bin(Op.CMPLT, o, True)
-    def __neg__(self) -> Var: return Var(unary(Op.NEG, self.v))
-    def __abs__(self) -> Var: return Var(unary(Op.ABS, self.v))
-    def __matmul__(self, o: Var) -> Var: return Var(matmul(self.v, o.v))
+    def __neg__(self) -> Var: return type(self)(unary(Op.NEG, self.v))
+    def __abs__(self) -> Var: return type(self)(unary(Op.ABS, self.v))
+    def __matmul__(self, o: Var) -> Var: return type(self)(matmul(self.v, o.v))
 
     def eq(self, o: Operand) -> Var: return self._bin(Op.CMPEQ, o)
     def minimum(self, o: Operand) -> Var: return self._bin(Op.MIN, o)
     def maximum(self, o: Operand) -> Var: return self._bin(Op.MAX, o)
 
-    def exp(self) -> Var: return Var(unary(Op.EXP, self.v))
-    def log(self) -> Var: return Var(unary(Op.LOG, self.v))
-    def sqrt(self) -> Var: return Var(unary(Op.SQRT, self.v))
-    def rsqrt(self) -> Var: return Var(unary(Op.RSQRT, self.v))
-    def recip(self) -> Var: return Var(unary(Op.RECIP, self.v))
-    def tanh(self) -> Var: return Var(unary(Op.TANH, self.v))
-    def sigmoid(self) -> Var: return Var(unary(Op.SIGMOID, self.v))
-    def erf(self) -> Var: return Var(unary(Op.ERF, self.v))
-    def sin(self) -> Var: return Var(unary(Op.SIN, self.v))
-    def cos(self) -> Var: return Var(unary(Op.COS, self.v))
+    def exp(self) -> Var: return type(self)(unary(Op.EXP, self.v))
+    def log(self) -> Var: return type(self)(unary(Op.LOG, self.v))
+    def sqrt(self) -> Var: return type(self)(unary(Op.SQRT, self.v))
+    def rsqrt(self) -> Var: return type(self)(unary(Op.RSQRT, self.v))
+    def recip(self) -> Var: return type(self)(unary(Op.RECIP, self.v))
+    def tanh(self) -> Var: return type(self)(unary(Op.TANH, self.v))
+    def sigmoid(self) -> Var: return type(self)(unary(Op.SIGMOID, self.v))
+    def erf(self) -> Var: return type(self)(unary(Op.ERF, self.v))
+    def sin(self) -> Var: return type(self)(unary(Op.SIN, self.v))
+    def cos(self) -> Var: return type(self)(unary(Op.COS, self.v))
 
     def where(self, a: Operand, b: Operand) -> Var:
         """self is the bool condition: self ? a : b."""
@@ -394,22 +396,25 @@ class Var:
         if ref is None:
             raise VerifyError("sel: at least one branch must be an array")
         av, bv = ref._lift(a), ref._lift(b)
-        return Var(elementwise(Op.SEL, self.v, av, bv))
+        return type(self)(elementwise(Op.SEL, self.v, av, bv))
 
     def mad(self, b: Operand, c: Operand) -> Var:
-        return Var(elementwise(Op.MAD, self.v, self._lift(b), self._lift(c)))
+        return type(self)(elementwise(Op.MAD, self.v, self._lift(b), self._lift(c)))
 
     def sum(self, axis=None, keepdims=False) -> Var:
-        return Var(reduce(Op.RSUM, self.v, axis, keepdims))
+        return type(self)(reduce(Op.RSUM, self.v, axis, keepdims))
 
-    def max(self, axis=None, keepdims=False) -> Var:
-        return Var(reduce(Op.RMAX, self.v, axis, keepdims))
+    def max(self, axis=None, keepdims=False, initial=None) -> Var:
+        """An empty reduction gives -inf (the identity), or ``max(-inf, initial)``."""
+        r = type(self)(reduce(Op.RMAX, self.v, axis, keepdims))
+        return r if initial is None else r.maximum(initial)
 
-    def min(self, axis=None, keepdims=False) -> Var:
-        return Var(reduce(Op.RMIN, self.v, axis, keepdims))
+    def min(self, axis=None, keepdims=False, initial=None) -> Var:
+        r = type(self)(reduce(Op.RMIN, self.v, axis, keepdims))
+        return r if initial is None else r.minimum(initial)
 
     def prod(self, axis=None, keepdims=False) -> Var:
-        return Var(reduce(Op.RPROD, self.v, axis, keepdims))
+        return type(self)(reduce(Op.RPROD, self.v, axis, keepdims))
 
     def mean(self, axis=None, keepdims=False) -> Var:
         axes = range(self.ndim) if axis is None else [axis] if isinstance(axis, int) else axis
@@ -422,54 +427,54 @@ class Var:
         if -1 in shape:
             known = math.prod(s for s in shape if s != -1)
             shape = tuple(self.v.size // known if s == -1 else s for s in shape)
-        return Var(reshape(self.v, tuple(shape)))
+        return type(self)(reshape(self.v, tuple(shape)))
 
     def expand(self, shape: Shape) -> Var:
-        return Var(expand(self.v, tuple(shape)))
+        return type(self)(expand(self.v, tuple(shape)))
 
     def permute(self, *perm) -> Var:
         perm = perm[0] if len(perm) == 1 and isinstance(perm[0], (tuple, list)) else perm
-        return Var(permute(self.v, perm))
+        return type(self)(permute(self.v, perm))
 
     @property
     def T(self) -> Var:
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def slice(self, starts: Sequence[int], sizes: Sequence[int]) -> Var:
-        return Var(slice(self.v, starts, sizes))
+        return type(self)(slice(self.v, starts, sizes))
 
     def split(self, sizes: Sequence[int], axis: int) -> list[Var]:
-        return [Var(p) for p in split(self.v, sizes, axis)]
+        return [type(self)(p) for p in split(self.v, sizes, axis)]
 
     def cast(self, dtype: DType | str) -> Var:
-        return Var(cast(self.v, dtype))
+        return type(self)(cast(self.v, dtype))
 
     def gather(self, idx: Var, axis: int) -> Var:
-        return Var(gather(self.v, idx.v, axis))
+        return type(self)(gather(self.v, idx.v, axis))
 
     def take(self, idx: Var, axis: int) -> Var:
-        return Var(take(self.v, idx.v, axis))
+        return type(self)(take(self.v, idx.v, axis))
 
     def scatter_add(self, idx: Var, src: Var, axis: int) -> Var:
         """self is the base: a copy with ``src`` added at ``idx`` along ``axis``."""
-        return Var(scatter_add(self.v, idx.v, src.v, axis))
+        return type(self)(scatter_add(self.v, idx.v, src.v, axis))
 
     def scatter(self, idx: Var, src: Var, axis: int) -> Var:
         """self is the base: a copy with ``src`` written at ``idx`` along ``axis``."""
-        return Var(scatter(self.v, idx.v, src.v, axis))
+        return type(self)(scatter(self.v, idx.v, src.v, axis))
 
     def scatter_combine(self, idx: Var, src: Var, axis: int, step: Op) -> Var:
         """self is the base: a copy with ``src`` combined by ``step`` at ``idx``."""
-        return Var(scatter_combine(self.v, idx.v, src.v, axis, step))
+        return type(self)(scatter_combine(self.v, idx.v, src.v, axis, step))
 
     def argsort(self, axis: int, descending: bool = False, dtype: DType | str = "i64") -> Var:
-        return Var(argsort(self.v, axis, descending, dtype))
+        return type(self)(argsort(self.v, axis, descending, dtype))
 
     def cumsum(self, axis: int) -> Var:
-        return Var(cumsum(self.v, axis))
+        return type(self)(cumsum(self.v, axis))
 
     def cumprod(self, axis: int) -> Var:
-        return Var(cumprod(self.v, axis))
+        return type(self)(cumprod(self.v, axis))
 
     def __repr__(self) -> str:
         return f"Var({self.v!r})"

@@ -53,12 +53,12 @@ GELU_FORMS = {"tanh": gelu_tanh, "none": gelu_erf, "erf": gelu_erf}
 
 
 def softmax(x: Var, axis: int = -1) -> Var:
-    e = (x - x.max(axis, keepdims=True)).exp()
+    e = (x - Var.max(x, axis, keepdims=True)).exp()
     return e / e.sum(axis, keepdims=True)
 
 
 def log_softmax(x: Var, axis: int = -1) -> Var:
-    shifted = x - x.max(axis, keepdims=True)
+    shifted = x - Var.max(x, axis, keepdims=True)
     return shifted - shifted.exp().sum(axis, keepdims=True).log()
 
 
