@@ -166,3 +166,13 @@ def test_results_hold_under_a_background_load(ex: hg.Executor) -> None:
         busy.wait()
     for r in loaded:
         _same(quiet, r)
+
+
+def test_pytorch_keeps_its_thread_count(ex: hg.Executor) -> None:
+    """hologram's count is its own: the OpenMP runtime may be the one PyTorch loaded
+    (dynamo refuses a trace during which torch.get_num_threads() changed)."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    hg.set_num_threads(1 if before > 1 else 2)
+    _run_all([3, 1])
+    assert torch.get_num_threads() == before

@@ -13,19 +13,21 @@ the process may actually use, in this order:
    (``cpu.max`` in cgroup v2, ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` in v1),
    rounded up.
 
-The count is applied with ``omp_set_num_threads`` when a kernel library is loaded,
-from the loading thread; it sets that thread's OpenMP default, which every
-library of the process shares (one libgomp). Kernels launched from another Python
-thread run with OpenMP's own default there.
+Each kernel library has a thread count of its own (``hg_num_threads``, written when
+it is loaded and by :func:`set_num_threads`), which its parallel loops ask for with a
+``num_threads`` clause. OpenMP's process-wide default is left alone: the OpenMP
+runtime may be the one PyTorch loaded, and its thread count is PyTorch's.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ENV = "HOLOGRAM_NUM_THREADS"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -100,44 +102,40 @@ def detect(root: Path = CGROUP_ROOT) -> ThreadCount:
     return ThreadCount(cpus, "CPUs in the affinity mask (os.sched_getaffinity)", tuple(ignored))
 
 
-_APPLIED: int | None = None
 _OVERRIDE: int | None = None
-_SET: object = None  # omp_set_num_threads of the first OpenMP kernel library loaded
+_LIBS: list[Any] = []  # every loaded library with a thread count of its own
 
 
-def apply(lib: object) -> None:
-    """Set the OpenMP thread count through ``lib``'s OpenMP runtime (once per count)."""
-    global _APPLIED, _SET
+def _write(lib: Any, n: int) -> None:
+    ctypes.c_int.in_dll(lib, "hg_num_threads").value = n
+
+
+def apply(lib: Any) -> None:
+    """Give a newly loaded kernel library the current thread count."""
     try:
-        set_threads = lib.omp_set_num_threads  # type: ignore[attr-defined]
-    except AttributeError:  # built without OpenMP: nothing to set
+        ctypes.c_int.in_dll(lib, "hg_num_threads")
+    except ValueError:  # no parallel loops of hologram's own in it
         return
-    if _SET is None:
-        import ctypes
-
-        set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
-        _SET = set_threads
     t = detect()
-    if _APPLIED == t.count:
-        return
-    _SET(t.count)  # type: ignore[operator]
-    _APPLIED = t.count
-    for why in t.ignored:
-        warnings.warn(f"hologram: {why}; using {t.count} threads ({t.source})", stacklevel=2)
+    _write(lib, t.count)
+    _LIBS.append(lib)
+    if len(_LIBS) == 1:
+        for why in t.ignored:
+            warnings.warn(f"hologram: {why}; using {t.count} threads ({t.source})",
+                          stacklevel=2)
 
 
 def set_num_threads(n: int | None) -> None:
     """Run hologram's CPU kernels on ``n`` threads from now on (``None``: back to the
-    environment's count). Like ``torch.set_num_threads``, it sets the calling thread's
-    OpenMP default."""
-    global _OVERRIDE, _APPLIED
+    environment's count). Only hologram's own loops change: PyTorch's or NumPy's
+    thread counts are theirs."""
+    global _OVERRIDE
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise ValueError(f"set_num_threads: n must be a positive int or None, got {n!r}")
     _OVERRIDE = n
-    if _SET is not None:
-        count = detect().count
-        _SET(count)  # type: ignore[operator]
-        _APPLIED = count
+    count = detect().count
+    for lib in _LIBS:
+        _write(lib, count)
 
 
 def get_num_threads() -> int:

@@ -337,7 +337,7 @@ static void hg_attn_$S(const hg_attn_desc *d, void *const *P) {
                        * (double)(d->E + d->Ev) * (d->backward ? 2.0 : 1.0);
   int64_t nt = 1;
 #ifdef _OPENMP
-  if (flops >= HG_ATTN_PAR_FLOPS) nt = omp_get_max_threads();
+  if (flops >= HG_ATTN_PAR_FLOPS) nt = HG_NT;
 #endif
   if (nt > d->threads) nt = d->threads;  /* the scratch holds this many threads' blocks */
   if (nt > total) nt = total;

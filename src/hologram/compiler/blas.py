@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from .cc import THREADS_C
 from .gemm_layout import MAX_BATCH_DIMS, GemmDesc
 
 #: The descriptor both the runtime and the kernels' GEMM steps are compiled with.
@@ -103,10 +104,7 @@ RUNTIME_C = r"""
 #include <stdint.h>
 #include <string.h>
 #include <pthread.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-""" + GEMM_DESC_C + GEMM_TYPES_C + r"""
+""" + THREADS_C + GEMM_DESC_C + GEMM_TYPES_C + r"""
 /* MKL's packed GEMM, ILP64 (cblas_?gemm_pack_get_size_64, _pack_64, _compute_64) */
 typedef size_t (*pack_size_t)(int, int64_t, int64_t, int64_t);
 typedef void (*spack_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
@@ -196,7 +194,7 @@ static int64_t hg_threads_for(const hg_gemm_desc *d) {
   int64_t nt = 1;
 #ifdef _OPENMP
   if (2.0 * (double)d->nb * (double)d->m * (double)d->n * (double)d->k >= HG_PAR_FLOPS)
-    nt = omp_get_max_threads();
+    nt = HG_NT;
 #endif
   return nt;
 }
@@ -204,7 +202,7 @@ static int64_t hg_threads_for(const hg_gemm_desc *d) {
 /* An element-wise epilogue over rows 0..R, after column tiles (no row is complete
    before every tile has run). */
 static void hg_epilogue_after(hg_epilogue_fn epi, void **table, int64_t R, int64_t nt) {
-#pragma omp parallel for schedule(static) if(nt > 1 && R > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if(nt > 1 && R > 1)
   for (int64_t t = 0; t < nt; t++) epi(table, R * t / nt, R * (t + 1) / nt);
 }
 
@@ -264,7 +262,7 @@ int hg_gemm_pack(const hg_gemm_desc *d, const void *B, void *dst, int64_t tiles)
   const int64_t es = d->f64 ? 8 : 4;
   const char *b0 = (const char *)B + d->ob * es;
   const int tb = d->tb ? 112 : 111;
-#pragma omp parallel for schedule(static) if(tiles > 1)
+#pragma omp parallel for num_threads(HG_NT) schedule(static) if(tiles > 1)
   for (int64_t t = 0; t < tiles; t++) {
     int64_t lo = d->n * t / tiles, hi = d->n * (t + 1) / tiles;
     const char *b = b0 + (d->tb ? lo * d->ldb : lo) * es;  /* columns lo..hi of op(B) */
@@ -292,7 +290,7 @@ static void hg_gemm_packed(const hg_gemm_desc *d, const void *A, const hg_packed
   char *c0 = (char *)C + d->oc * es;
   const int64_t ta = d->ta ? 112 : 111;
   hg_enter();
-#pragma omp parallel for schedule(static) if(tiles > 1)
+#pragma omp parallel for num_threads(HG_NT) schedule(static) if(tiles > 1)
   for (int64_t t = 0; t < tiles; t++) {
     int64_t lo = d->n * t / tiles, hi = d->n * (t + 1) / tiles;
     const char *b = (const char *)p + p->off[t];
@@ -325,7 +323,7 @@ void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_ep
   if (per < 1) per = 1;
   const int64_t total = d->nb * per;
   hg_enter();
-#pragma omp parallel for schedule(static) if(nt > 1 && total > 1)
+#pragma omp parallel for num_threads(nt) schedule(static) if(nt > 1 && total > 1)
   for (int64_t t = 0; t < total; t++) {
     int64_t bi = t / per, r = t % per, rest = bi, oa = 0, ob = 0, oc = 0;
     for (int i = d->nbd - 1; i >= 0; i--) {

@@ -99,6 +99,22 @@ def _simd_decls(names: Sequence[str]) -> list[str]:
 #: the ``vsqrtps``/``vsqrtpd`` instruction instead. Each declaration is guarded by
 #: the glibc version that ships it, so an older glibc never gets an undefined
 #: ``_ZGV`` symbol.
+#: Every library with parallel loops carries its own thread count, which
+#: ``hologram.threads`` writes after loading it, and every parallel region asks for
+#: ``HG_NT`` threads. A ``num_threads`` clause and not ``omp_set_num_threads``: the
+#: process's OpenMP runtime may be the one PyTorch loaded (one ``libgomp.so.1`` per
+#: process), and setting its default would change PyTorch's thread count under it.
+THREADS_C = "\n".join([
+    "int hg_num_threads = 0; /* 0: OpenMP's default */",
+    "#ifdef _OPENMP",
+    "#include <omp.h>",
+    "#define HG_NT (hg_num_threads > 0 ? hg_num_threads : omp_get_max_threads())",
+    "#else",
+    "#define HG_NT 1",
+    "#endif",
+    "",
+])
+
 C_PRELUDE = "\n".join([
     "/* hologram CPU kernel prelude */",
     "#include <math.h>",
@@ -115,6 +131,7 @@ C_PRELUDE = "\n".join([
     "#endif",
     "#endif",
     C_MATH,
+    THREADS_C,
 ])
 
 _BASE = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11",
@@ -213,7 +230,7 @@ _PROBE_SOURCE = C_PRELUDE + r"""
 void hg_probe(void **B, int64_t n) {
   float *x = (float *)B[0], *y = (float *)B[1];
   double *u = (double *)B[2], *v = (double *)B[3];
-#pragma omp parallel for simd schedule(static) if(n > 4096)
+#pragma omp parallel for simd num_threads(HG_NT) schedule(static) if(n > 4096)
   for (int64_t i = 0; i < n; i++) {
     y[i] = tanhf(x[i]) + expf(x[i]);
     v[i] = exp(u[i]);

@@ -469,7 +469,8 @@ class CRenderer(IndexKernels):
 
     def phase_head(self, r: str, count: int, clauses: str, parallel: bool) -> list[str]:
         """The loop over a reduction's axes: SIMD lanes, and threads when it is alone."""
-        return [f"#pragma omp {'parallel for simd' if parallel else 'simd'} {clauses}",
+        head = "parallel for simd num_threads(HG_NT)" if parallel else "simd"
+        return [f"#pragma omp {head} {clauses}",
                 f"for (int64_t {r} = 0; {r} < {count}; {r}++) {{"]
 
     def phase_tail(self, op: Op, acc: str, wide: str, nan: str | None) -> list[str]:
@@ -576,8 +577,9 @@ class CRenderer(IndexKernels):
             pragma = "#pragma omp simd\n" if simd else ""
             return f"{pragma}for (int64_t {var} = lo{scale}; {var} < hi{scale}; {var}++) {{"
         if parallel:
+            chunk = dynamic_chunk(count, work, simd)
             pragma = ("#pragma omp parallel for" + (" simd" if simd else "")
-                      + f" schedule(dynamic, {dynamic_chunk(count, work, simd)})")
+                      + f" num_threads(HG_NT) schedule(dynamic, {chunk})")
         else:
             pragma = "#pragma omp simd" if simd else ""
         head = f"for (int64_t {var} = 0; {var} < {count}; {var}++) {{"
