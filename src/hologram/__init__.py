@@ -14,7 +14,7 @@ in place on the caller's memory.
 
 __version__ = "0.2.0"
 
-from . import backend, errors, isa, ops  # noqa: E402
+from . import backend, errors, isa, numpy, ops  # noqa: E402  (numpy: the Array API namespace)
 from .backend import BackendType, validate_backend  # noqa: E402
 from .backends.registry import (  # noqa: E402
     available_backends,
@@ -42,5 +42,5 @@ __all__ = [
     "Program", "VerifyError", "__version__", "available_backends", "backend",
     "default_executor", "empty_cache", "errors", "explain", "from_dlpack",
     "get_default_backend", "get_num_threads", "is_cuda_available", "is_metal_available",
-    "isa", "jit", "ops", "output_cache", "set_num_threads", "validate_backend",
+    "isa", "jit", "numpy", "ops", "output_cache", "set_num_threads", "validate_backend",
 ]

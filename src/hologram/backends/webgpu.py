@@ -44,7 +44,7 @@ import numpy as np
 
 from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launches
 from ..compiler.render_wgsl import MAX_GROUPS, WGSLProgram, render_wgsl, wgsl_type
-from ..compiler.schedule import GemmPlan
+from ..compiler.schedule import GemmPlan, KernelPlan
 from ..errors import BackendUnavailableError, DTypeError, HologramError, ShapeError
 from ..isa.program import Program
 from ..memory.device import DeviceArray
@@ -351,7 +351,8 @@ class WebGPUBackend(Backend):
             slot_bytes[arena_slot] = hi - lo
         arena_written = any(d.kind == "arena" for st in sched.steps
                             for d in ([st.out] if isinstance(st, GemmPlan) else
-                                      [x for _, x in st.sinks]))
+                                      [x for _, x in (st.all_sinks if isinstance(
+                                          st, KernelPlan) else st.sinks)]))
         used = sorted({s for k in wgsl.kernels for s in k.bindings})
         stats = ProgramStats(before, compute_instructions(canon), unfused_launches(program),
                              low.launches, rules)

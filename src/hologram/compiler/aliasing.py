@@ -28,7 +28,7 @@ __all__ = ["may_overwrite"]
 
 def _writers(sched: Schedule, out_index: int) -> list[KernelPlan | GemmPlan]:
     def writes(step: KernelPlan | GemmPlan) -> bool:
-        refs = [step.out] if isinstance(step, GemmPlan) else [d for _, d in step.sinks]
+        refs = [step.out] if isinstance(step, GemmPlan) else [d for _, d in step.all_sinks]
         return any(r.kind == "out" and r.index == out_index for r in refs)
 
     return [s for s in sched.steps if writes(s)]
@@ -38,8 +38,8 @@ def may_overwrite(sched: Schedule, in_index: int, out_index: int) -> bool:
     """True if output ``out_index`` may share memory with input ``in_index``
     (same dtype and shape, the input's own element order)."""
     writers = _writers(sched, out_index)
-    if len(writers) != 1 or not isinstance(writers[0], KernelPlan):
-        return False  # e.g. a GEMM computed straight into the output
+    if len(writers) != 1 or not isinstance(writers[0], KernelPlan) or writers[0].siblings:
+        return False  # e.g. a GEMM computed straight into the output, or several results
     sink: Value = writers[0].sinks[0][0]
     if sink.op is not Op.LDG and group(sink.op) not in ELEMENTWISE:
         return False

@@ -15,7 +15,7 @@ from ..isa.dtypes import i64
 from ..isa.index_errors import index_sites, static_index_error
 from ..isa.opcodes import Group, Op, group
 from ..isa.program import Program
-from .schedule import BufRef, GemmPlan, NeedsMaterialize, Schedule, plan
+from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule, plan
 
 #: The launch's index-error record (see render_index): [1 + site, bad index], int64.
 ERROR_KIND = "err"
@@ -61,7 +61,8 @@ def slot_table(sched: Schedule, error_slot: bool = False,
     arena_slot = n_in + n_out + len(sched.temps)
     for ref in list(sched.buffers.values()) + [d for st in sched.steps
                                                 if not isinstance(st, GemmPlan)
-                                                for _, d in st.sinks]:
+                                                for _, d in (st.all_sinks if isinstance(
+                                                    st, KernelPlan) else st.sinks)]:
         if ref.kind == "arena":
             slots[ref] = arena_slot
     n = arena_slot + 1

@@ -495,12 +495,13 @@ class CRenderer(IndexKernels):
         self.row: dict | None = None
         self.row_cands: dict[tuple, dict] = {}
         v, _ = k.sinks[0]
-        heavy = any(x.op in MATH_OPS for x in v.walk())
+        heavy = any(x.op in MATH_OPS for s, _ in k.all_sinks for x in s.walk())
         self.parallel_min_work = PARALLEL_MIN_WORK_MATH if heavy else PARALLEL_MIN_WORK
         # The sink is computed here, unless a load, a GEMM result or an attention part (a
         # copy kernel: their steps wrote the value).
         copy = v.op in (Op.LDG, Op.GEMM) or group(v.op) is Group.ATTENTION
         self.computing = set() if copy else {id(v)}
+        self.computing |= {id(s) for s, _ in k.siblings}
         c = v
         while (c.op is Op.RESHAPE and id(c) in self.computing
                and id(c.srcs[0]) not in self.sched.buffers):
@@ -518,8 +519,11 @@ class CRenderer(IndexKernels):
             body = self.scan_kernel(c, k, top)
         elif group(c.op) is Group.SORT and id(c) in self.computing:
             body = self.sort_kernel(c, k, top)
-        elif self.is_flat(c):
+        elif self.is_flat(c) and all(self.is_flat(s) for s, _ in k.siblings):
             body = self.flat_kernel(c, k, top)
+        elif k.siblings:  # schedule.merge_siblings merges only flat element-wise kernels
+            raise AssertionError(f"hologram internal error: kernel {k.name} has siblings "
+                                 "but is not one flat loop")
         else:
             body = self.nested_kernel(c, k, top)
         lines = [self.signature(k.name) + " {"]
@@ -588,9 +592,14 @@ class CRenderer(IndexKernels):
     def flat_kernel(self, c: Value, k: KernelPlan, top: Scope) -> list[str]:
         n = max(c.size, 1) if c.ndim == 0 else c.size
         inner = Scope("inner", "i", top)
-        x = self.emit(c, (Expr("i", frozenset({"i"})),), inner, True)
+        i = (Expr("i", frozenset({"i"})),)
+        x = self.emit(c, i, inner, True)
+        stores = self.stores(k, x, Expr("i"))
+        for s, dst in k.siblings:  # computed in the same scope: shared work is bound once
+            stores += self.stores(KernelPlan(k.name, [(s, dst)]), self.emit(s, i, inner, True),
+                                  Expr("i"))
         out = [self.loop("i", n, n >= self.parallel_min_work, True, "flat")]
-        out += ["  " + ln for ln in inner.lines + self.stores(k, x, Expr("i"))]
+        out += ["  " + ln for ln in inner.lines + stores]
         return out + ["}"]
 
     def reduce_kernel(self, c: Value, k: KernelPlan, top: Scope) -> list[str]:
@@ -867,7 +876,7 @@ def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
     """
     g = gemm.value
     v = k.sinks[0][0]
-    if not g.shape or v is g or not all(x.shape == v.shape for x, _ in k.sinks):
+    if k.siblings or not g.shape or v is g or not all(x.shape == v.shape for x, _ in k.sinks):
         return False
     n = g.shape[-1]
 

@@ -45,11 +45,19 @@ class BufRef:
 @dataclass
 class KernelPlan:
     """One loop nest computing ``sinks`` (value, destination) over ``value.shape``;
-    ``scratch``: temps only this kernel uses (a sort's keys and merge buffers)."""
+    ``scratch``: temps only this kernel uses (a sort's keys and merge buffers);
+    ``siblings``: other element-wise values of the same shape the same flat loop
+    computes and stores (:func:`merge_siblings`), so work they share is done once."""
 
     name: str
     sinks: list[tuple[Value, BufRef]]
     scratch: list[BufRef] = field(default_factory=list)
+    siblings: list[tuple[Value, BufRef]] = field(default_factory=list)
+
+    @property
+    def all_sinks(self) -> list[tuple[Value, BufRef]]:
+        """Every (value, destination) the kernel writes: its sinks, then its siblings'."""
+        return self.sinks + self.siblings
 
 
 @dataclass
@@ -247,7 +255,76 @@ def plan(program: Program, forced: set[int]) -> Schedule:
             if group(v.op) is Group.SORT:
                 kp.scratch = _sort_scratch(v, sched)
             sched.steps.append(kp)
+    merge_siblings(sched)
     return sched
+
+
+def _flat_tree(v: Value, bufs: dict[int, BufRef]) -> set[int] | None:
+    """ids of the computed (non-constant) values in ``v``'s kernel expression, when every
+    one is element-wise at ``v``'s shape (one flat loop computes it); else None."""
+    computed: set[int] = set()
+    stack, seen = [v], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x is not v and id(x) in bufs:
+            continue
+        g = group(x.op)
+        if g is Group.CONST:
+            continue
+        if g not in ELEMENTWISE or g is Group.IOTA or x.shape != v.shape:
+            return None  # IOTA is element-wise but needs coordinates, not a flat index
+        computed.add(id(x))
+        stack.extend(x.srcs)
+    return computed
+
+
+def merge_siblings(sched: Schedule) -> None:
+    """Fold element-wise kernels into an earlier kernel of the same shape that computes
+    some of the same subexpressions, as its ``siblings``: one loop then stores both.
+
+    Values are single-result, so a function returning two arrays built from shared
+    work (Black-Scholes' call and put both need ``cnd(d1)`` and ``cnd(d2)``) plans one
+    kernel per result, each recomputing the shared part: twice the transcendental
+    work and twice the input reads. A kernel moves up to an earlier one only if it
+    reads no buffer that a step from there on writes (so its inputs are ready there)
+    and neither writes the Φ arena (whose slots may overlap)."""
+    bufs = sched.buffers
+    steps = sched.steps
+    trees: dict[int, set[int] | None] = {}
+
+    def tree(k: KernelPlan) -> set[int] | None:
+        if id(k) not in trees:
+            v = k.sinks[0][0]
+            ok = (not k.scratch and v.op is not Op.LDG and group(v.op) in ELEMENTWISE
+                  and all(x is v and d.kind != "arena" for x, d in k.sinks))
+            trees[id(k)] = _flat_tree(v, bufs) if ok else None
+        return trees[id(k)]
+
+    i = 0
+    while i < len(steps):
+        a = steps[i]
+        if isinstance(a, KernelPlan) and tree(a) is not None:
+            shape = a.sinks[0][0].shape
+            written: set[int] = set()  # buffers written from step i on
+            j = i
+            while j < len(steps):
+                b = steps[j]
+                if j > i and isinstance(b, KernelPlan) and tree(b) is not None \
+                        and b.sinks[0][0].shape == shape and tree(a) & tree(b):
+                    reads = {id(x) for x in step_operands(b, sched)} - {id(b.sinks[0][0])}
+                    if not reads & written:
+                        a.siblings.extend(b.sinks)
+                        trees[id(a)] = tree(a) | tree(b)
+                        del steps[j]
+                        continue
+                outs = (b.all_sinks if isinstance(b, KernelPlan) else
+                        [(b.value, b.out)] if isinstance(b, GemmPlan) else b.sinks)
+                written |= {id(x) for x, _ in outs}
+                j += 1
+        i += 1
 
 
 def _sort_scratch(v: Value, sched: Schedule) -> list[BufRef]:
@@ -332,7 +409,7 @@ def step_operands(step: Step, sched: Schedule) -> list[Value]:
         return [*(view_root(s, sched.buffers) for s in step.value.srcs), step.value]
     out: dict[int, Value] = {}
     stack: list[Value] = []
-    for v, _ in step.sinks:
+    for v, _ in step.all_sinks if isinstance(step, KernelPlan) else step.sinks:
         out[id(v)] = v
         stack.extend(v.srcs if v.op not in (Op.LDG, Op.GEMM) else [v])  # else: a copy
     seen: set[int] = set()

@@ -75,6 +75,15 @@ class Traced(Var):
         super().__init__(v)
         self._view = view
 
+    def __array_namespace__(self, *, api_version: str | None = None) -> Any:
+        """The Array API namespace of traced values: ``hg.numpy``."""
+        from .. import array_api
+
+        if api_version not in (None, array_api.__array_api_version__):
+            raise ValueError(f"__array_namespace__: api_version: hg.numpy implements "
+                             f"{array_api.__array_api_version__}, not {api_version!r}")
+        return array_api
+
     def _write(self, new: Value, what: str) -> None:
         """Replace this value by ``new``; a basic-index view writes through to the
         value it views (NumPy's ``y[1:3] += 1``)."""
