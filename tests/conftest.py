@@ -3,6 +3,7 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # derandomize: CI draws the same examples every run, so a red run is reproducible
@@ -18,3 +19,15 @@ settings.register_profile(
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or "ci"
 )
+
+
+@pytest.fixture(scope="session")
+def native_cpu():
+    """The cpu executor when it compiles C; tests of the native backend skip without it
+    (with no C compiler the cpu backend is the reference interpreter)."""
+    import hologram as hg
+
+    e = hg.default_executor("cpu")
+    if "C via" not in e.backend.describe():
+        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
+    return e

@@ -16,11 +16,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 @pytest.fixture(scope="module")
-def ex():
-    e = hg.default_executor("cpu")
-    if "C via" not in e.backend.describe():
-        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
-    return e
+def ex(native_cpu: hg.Executor) -> hg.Executor:
+    return native_cpu
 
 
 X = ("f32", (64, 96))

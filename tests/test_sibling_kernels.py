@@ -54,11 +54,8 @@ def _check(ex: hg.Executor, fn, n: int = 3000, seed: int = 0, rtol: float = 2e-5
 
 
 @pytest.fixture(scope="module")
-def cpu():
-    e = hg.default_executor("cpu")
-    if "C via" not in e.backend.describe():
-        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
-    return e
+def cpu(native_cpu: hg.Executor) -> hg.Executor:
+    return native_cpu
 
 
 def test_shared_work_is_one_kernel(cpu):

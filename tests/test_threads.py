@@ -32,11 +32,8 @@ def _restore_threads():
 
 
 @pytest.fixture(scope="module")
-def ex() -> hg.Executor:
-    e = hg.default_executor("cpu")
-    if "C via" not in e.backend.describe():
-        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
-    return e
+def ex(native_cpu: hg.Executor) -> hg.Executor:
+    return native_cpu
 
 
 def _clear_env(monkeypatch) -> None:

@@ -33,11 +33,8 @@ TOL = {"f32": {"rtol": 2e-5, "atol": 1e-6}, "f64": {"rtol": 1e-12, "atol": 1e-14
 
 
 @pytest.fixture(scope="module")
-def ex() -> hg.Executor:
-    e = hg.default_executor("cpu")
-    if "C via" not in e.backend.describe():
-        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
-    return e
+def ex(native_cpu: hg.Executor) -> hg.Executor:
+    return native_cpu
 
 
 def _inputs(shapes, dtype: str, seed: int) -> list[np.ndarray]:
