@@ -46,6 +46,11 @@ BACKENDS = ("eager", "inductor", "openvino", "hologram")
 #: Rows --backends may add: hologram without packed constant weights (the A/B of
 #: hologram_torch/packed_weights.py; the same as "hologram" where the BLAS cannot pack).
 EXTRA_BACKENDS = {"hologram-nopack": {"pack_weights": False}}
+#: Before each timed sample: a pause, then one untimed call of the same backend. The
+#: runtimes leave their thread pools spinning after a call (Intel OpenMP's 200 ms block
+#: time, OpenVINO's TBB workers), which slowed whichever backend ran next by up to 25%
+#: (ViT-B/16 at batch 8, session 10); settled, each is timed as it runs on its own.
+SETTLE_S = 0.3
 OPENVINO_OPTIONS = {"aot_autograd": True, "config": {"INFERENCE_PRECISION_HINT": "f32"}}
 
 
@@ -172,7 +177,7 @@ def inference_table(rep: Report, name: str, batch: int, repeat: int,
                     "first call s": f"{firsts[backend]:.1f}", "rel err": f"{err:.1e}"})
             except Exception as e:  # noqa: BLE001 - a failing backend is a result too
                 failed[backend] = f"{type(e).__name__}: {str(e)[:300]}"
-        add_interleaved(t, candidates, repeat=repeat, failed=failed)
+        add_interleaved(t, candidates, repeat=repeat, settle_s=SETTLE_S, failed=failed)
     rep.data.setdefault("first_call_s", {})[title] = firsts
     check_ahead(rep, t, title)
     if "hologram" in firsts and "inductor" in firsts:
@@ -221,7 +226,7 @@ def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
                                                     "loss err": f"{err:.1e}"})
         except Exception as e:  # noqa: BLE001
             failed[backend] = f"{type(e).__name__}: {str(e)[:300]}"
-    add_interleaved(t, steps, repeat=repeat, failed=failed)
+    add_interleaved(t, steps, repeat=repeat, settle_s=SETTLE_S, failed=failed)
     check_ahead(rep, t, title)
     torch._dynamo.reset()
 
