@@ -3,6 +3,9 @@
 Every convolution here is made of the ISA's views and one library GEMM, no instruction
 of its own:
 
+* **Patches.** Where the stride equals the kernel (no padding, dilation or groups: a
+  vision transformer's patch embedding) every input element falls in one window, so
+  the column matrix is a RESHAPE and PERMUTE of the input (no copy before the GEMM).
 * **Taps.** The input, zero-padded (a CONCAT of constant parts, which read no memory)
   and cropped or extended so each spatial size is a multiple of the stride, is reshaped
   ``[B, C, Q, s]`` per spatial dim; the elements kernel position ``k`` meets are then
@@ -89,6 +92,25 @@ def taps(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence
     return views
 
 
+def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
+    """``x [B, C, *spatial]`` cut into non-overlapping windows of ``kernel``:
+    ``[B, *out_sizes, C * prod(kernel)]``, windows in row-major order of their position,
+    each window's elements ordered (C, *kernel) as the weight's are. A window that would
+    run past the end (ATen drops it) is sliced off first."""
+    b, c = x.shape[:2]
+    nd = len(kernel)
+    used = tuple(o * k for o, k in zip(out_sizes, kernel, strict=True))
+    if used != x.shape[2:]:
+        x = x.slice((0,) * x.ndim, (b, c, *used))
+    split = [b, c]
+    for o, k in zip(out_sizes, kernel, strict=True):
+        split += [o, k]
+    # [B, C, o1, k1, o2, k2, ...] -> [B, o1, o2, ..., C, k1, k2, ...]
+    perm = (0, *(2 + 2 * i for i in range(nd)), 1, *(3 + 2 * i for i in range(nd)))
+    windows = x.reshape(tuple(split)).permute(perm)
+    return windows.reshape((b, *out_sizes, c * math.prod(kernel)))
+
+
 def _columns(tp: list[Var], groups: int) -> Var:
     """Taps ``[B, C, *outs]`` stacked to the column matrix ``[B, g, C/g * K, L]`` (per
     group, rows ordered (channel, kernel position) as a weight's are)."""
@@ -111,6 +133,11 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         return Var(const(0, x.dtype, (b, o, *outs)))
     if c * kk == 0:  # nothing to sum: the bias alone
         y = Var(const(0, x.dtype, (b, o, *outs)))
+        return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
+    if tuple(stride) == kernel and not any(padding) and all(d == 1 for d in dilation) \
+            and groups == 1:  # windows that do not overlap (a patch embedding): views
+        y = _patches(x, kernel, tuple(outs)) @ weight.reshape((o, -1)).T  # [B, *outs, O]
+        y = y.permute((0, len(outs) + 1, *range(1, len(outs) + 1)))
         return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
     tp = taps(x, kernel, stride, padding, dilation, outs)
     if cg == 1:  # direct: one input channel per group (depthwise)
