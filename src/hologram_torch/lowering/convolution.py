@@ -1,25 +1,28 @@
 """Convolution (1-D, 2-D and up) forward and backward, and the pools built the same way.
 
-Every convolution here is made of the ISA's views and one library GEMM, no instruction
-of its own:
+Every convolution here is made of existing ISA instructions (views, GATHER, IOTA,
+element-wise ops and the library GEMM), no instruction of its own:
 
 * **Patches.** Where the stride equals the kernel (no padding, dilation or groups: a
   vision transformer's patch embedding) every input element falls in one window, so
   the column matrix is a RESHAPE and PERMUTE of the input (no copy before the GEMM).
-* **Taps.** The input, zero-padded (a CONCAT of constant parts, which read no memory)
-  and cropped or extended so each spatial size is a multiple of the stride, is reshaped
-  ``[B, C, Q, s]`` per spatial dim; the elements kernel position ``k`` meets are then
-  the window ``[k*d // s, +O)`` of ``Q`` at ``k*d % s`` of ``s``: a SLICE, a view. So a
-  strided, dilated, padded convolution's ``prod(kernel)`` taps are views of the input.
-* **im2col + GEMM** (groups with more than one input channel each): the taps stacked
-  (one CONCAT) are the column matrix ``[B, g, C/g * K, L]``; the weight ``[g, O/g,
+* **Taps** (depthwise, average pools). The input, zero-padded (a CONCAT of constant
+  parts, which read no memory) and cropped or extended so each spatial size is a
+  multiple of the stride, is reshaped ``[B, C, Q, s]`` per spatial dim; the elements
+  kernel position ``k`` meets are then the window ``[k*d // s, +O)`` of ``Q`` at
+  ``k*d % s`` of ``s``: a SLICE, a view. So a strided, dilated, padded convolution's
+  ``prod(kernel)`` taps are views of the input.
+* **im2col + GEMM** (groups with more than one input channel each): the column matrix
+  ``[B, g, C/g * K, L]`` is one GATHER (:func:`columns`); the weight ``[g, O/g,
   C/g * K]`` times it is one batched GEMM whose result is already channels-first
   ``[B, O, L]``, the bias (and what follows element-wise: a folded batch norm, the
-  activation) fused after it.
+  activation: batch norm at inference is element-wise after the convolution, so it
+  rides in the same epilogue instead of being folded into the weight) fused after it.
 * **Direct** (one input channel per group: depthwise): the sum over taps of tap times
   weight is element-wise over views, so the scheduler fuses it into one kernel that
   reads the input ``prod(kernel)`` times from cache and writes the output once; a GEMM
-  per channel with an inner size of ``prod(kernel)`` would not pay for its calls.
+  per channel with an inner size of ``prod(kernel)`` would not pay for its calls, and
+  the GATHERed columns reduced over the kernel axis ran 1.4-9x slower (measured).
 
 Which path a convolution takes was measured (docs/perf.md, "Convolution").
 
@@ -39,12 +42,14 @@ from typing import Any
 
 import torch
 
-from hologram.isa.builder import Var, concat, const
+from hologram.isa import dtypes
+from hologram.isa.builder import Var, concat, const, iota
 
-from .context import Ctx, Unsupported, isa_dtype
+from .context import Ctx, Unsupported, and_, isa_dtype, not_
 from .movement import pad_with
 
 aten = torch.ops.aten
+I64 = dtypes.i64
 
 
 def _expand_arg(v: Sequence[int] | int, nd: int, what: str) -> tuple[int, ...]:
@@ -111,13 +116,34 @@ def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var
     return windows.reshape((b, *out_sizes, c * math.prod(kernel)))
 
 
-def _columns(tp: list[Var], groups: int) -> Var:
-    """Taps ``[B, C, *outs]`` stacked to the column matrix ``[B, g, C/g * K, L]`` (per
-    group, rows ordered (channel, kernel position) as a weight's are)."""
-    b, c = tp[0].shape[:2]
-    outs = tp[0].shape[2:]
-    stacked = Var(concat([t.reshape((b, c, 1, *outs)).v for t in tp], 2))
-    return stacked.reshape((b, groups, (c // groups) * len(tp), math.prod(outs)))
+def columns(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+            dilation: Sequence[int], outs: Sequence[int], groups: int) -> Var:
+    """The column matrix ``[B, g, C/g * K, L]`` of ``x [B, C, *P]`` (per group, rows
+    ordered (channel, kernel position) as a weight's are): one GATHER from the input
+    flattened over its spatial dims, at an index computed from IOTAs in the kernel,
+    with a zero where a window reaches into the padding. One loop nest: the taps
+    stacked with a CONCAT were one per kernel position, each an OpenMP region of its
+    own (docs/perf.md, "Convolution")."""
+    b, c = x.shape[:2]
+    sizes = x.shape[2:]
+    nd = len(kernel)
+    grid = (1, 1, *kernel, *outs)
+    flat: Var | None = None
+    inside: Var | None = None
+    for i in range(nd):
+        pos = (Var(iota(grid, 2 + nd + i, I64)) * stride[i]
+               + Var(iota(grid, 2 + i, I64)) * dilation[i] - padding[i])
+        ok = and_(not_(pos < 0), pos < sizes[i])
+        inside = ok if inside is None else and_(inside, ok)
+        term = pos * math.prod(sizes[i + 1:])
+        flat = term if flat is None else flat + term
+    assert flat is not None and inside is not None
+    tl = math.prod(kernel) * math.prod(outs)
+    inside = inside.reshape((1, 1, tl))
+    idx = inside.where(flat.reshape((1, 1, tl)), 0).expand((b, c, tl))
+    vals = x.reshape((b, c, math.prod(sizes))).gather(idx, 2)
+    cols = inside.where(vals, Var(const(0, x.dtype, ())))
+    return cols.reshape((b, groups, (c // groups) * math.prod(kernel), math.prod(outs)))
 
 
 def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
@@ -139,8 +165,8 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         y = _patches(x, kernel, tuple(outs)) @ weight.reshape((o, -1)).T  # [B, *outs, O]
         y = y.permute((0, len(outs) + 1, *range(1, len(outs) + 1)))
         return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
-    tp = taps(x, kernel, stride, padding, dilation, outs)
     if cg == 1:  # direct: one input channel per group (depthwise)
+        tp = taps(x, kernel, stride, padding, dilation, outs)
         w = weight.reshape((groups, og, kk))
         y: Var | None = None
         for i, t in enumerate(tp):
@@ -150,7 +176,7 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         assert y is not None
         y = y.reshape((b, o, *outs))
     else:
-        cols = _columns(tp, groups)  # [B, g, C/g*K, L]
+        cols = columns(x, kernel, stride, padding, dilation, outs, groups)
         w = weight.reshape((1, groups, og, cg * kk))
         y = (w @ cols).reshape((b, o, *outs))
     if bias is not None:
@@ -232,17 +258,17 @@ def conv_weight_grad(g: Var, x: Var, wshape: Sequence[int], stride: Sequence[int
     cg = wshape[1]
     kernel = tuple(wshape[2:])
     og = o // groups
-    tp = taps(x, kernel, stride, padding, dilation, outs)
     if cg == 1:  # depthwise: one product of tap and gradient reduced per kernel position
+        tp = taps(x, kernel, stride, padding, dilation, outs)
         gg = g.reshape((b, groups, og, *outs))
         red = (0, *range(3, 3 + len(outs)))
         parts = [(gg * t.reshape((b, groups, 1, *outs))).sum(red).reshape((groups, og, 1)).v
                  for t in tp]
         return Var(concat(parts, 2)).reshape(tuple(wshape))
-    cols = _columns(tp, groups)  # [B, g, C/g*K, L]
+    cols = columns(x, kernel, stride, padding, dilation, outs, groups)  # [B, g, C/g*K, L]
     ln = math.prod(outs)
     gm = g.reshape((b, groups, og, ln)).permute((1, 2, 0, 3)).reshape((groups, og, b * ln))
-    cm = cols.permute((1, 0, 3, 2)).reshape((groups, b * ln, cg * len(tp)))
+    cm = cols.permute((1, 0, 3, 2)).reshape((groups, b * ln, cg * math.prod(kernel)))
     return (gm @ cm).reshape(tuple(wshape))
 
 
