@@ -30,6 +30,7 @@ POOLS = {
     "avg divisor_override": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
     "adaptive avg to 1": lambda x: F.adaptive_avg_pool2d(x, 1),
     "adaptive avg to 2": lambda x: F.adaptive_avg_pool2d(x, (2, 3)),
+    "adaptive avg, overlapping windows": lambda x: F.adaptive_avg_pool2d(x, (3, 5)),
     "max 3 s2 p1": lambda x: F.max_pool2d(x, 3, 2, 1),
     "max dilated ceil": lambda x: F.max_pool2d(x, 2, 2, 0, 2, ceil_mode=True),
     "avg unbatched": lambda x: F.avg_pool2d(x[0], 3, 2, 1),

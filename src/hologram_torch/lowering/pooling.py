@@ -7,8 +7,11 @@ position follows ATen's CPU kernel: the window clipped to the padded input
 (``count_include_pad``) or to the input itself, or ``divisor_override``; it is
 separable, a product of one IOTA expression per spatial dim.
 
-Max pooling runs as PyTorch's own decomposition (``lowering.DECOMPOSE``): a GATHER of
-the windows, a max with indices, and a SCATTER_ADD for its backward.
+The adaptive pool's backward multiplies the gradient by a window-membership matrix per
+spatial dim (its windows may overlap and differ in length). Its forward runs as
+PyTorch's decomposition (``lowering.DECOMPOSE``): avg_pool2d where the sizes divide,
+GATHERs otherwise. So does max pooling: a GATHER of the windows, a max with indices,
+and a SCATTER_ADD for its backward.
 
 One translator per ATen op, ``ROWS`` maps each op to it (see
 :mod:`hologram_torch.lowering` for how a translator is written)."""
@@ -23,8 +26,9 @@ import torch
 from hologram.isa import builder as b
 from hologram.isa import dtypes
 from hologram.isa.builder import Var, const
+from hologram.isa.opcodes import Op
 
-from .context import Ctx, Unsupported
+from .context import Ctx, Unsupported, and_, not_
 from .convolution import conv_input_grad, conv_nd
 
 aten = torch.ops.aten
@@ -104,8 +108,8 @@ def _avg_pool_backward(nd: int) -> Callable[..., Var]:
         xb = _batched(x, nd)
         gb = _batched(grad.cast(d), nd)
         c = xb.shape[1]
-        if 0 in gb.shape or 0 in xb.shape:
-            raise Unsupported("avg_pool backward of an empty tensor")
+        if 0 in gb.shape or 0 in xb.shape:  # nothing flows back
+            return Var(const(0, d, ctx.out_shape))
         g = gb / _divisor(gb.shape, xb.shape[2:], k, s, p, count_include_pad,
                           divisor_override, d)
         return conv_input_grad(g, _ones(c, k, d), xb.shape[2:], s, p, (1,) * nd,
@@ -113,20 +117,36 @@ def _avg_pool_backward(nd: int) -> Callable[..., Var]:
     return run
 
 
-def _adaptive_window(x: Var, out: Sequence[int]) -> tuple[int, ...]:
-    """The fixed window of an adaptive pool whose input sizes are multiples of its
-    output sizes (then it is an average pool); other sizes stay in PyTorch."""
-    sizes = x.shape[-len(out):]
-    if any(o == 0 or n % o for n, o in zip(sizes, out, strict=True)):
-        raise Unsupported(f"adaptive pool from {list(sizes)} to {list(out)} (not a multiple)")
-    return tuple(n // o for n, o in zip(sizes, out, strict=True))
+def _adaptive_weights(n: int, o: int, d: dtypes.DType) -> Var:
+    """``A [o, n]``: ``A[j, i] = 1 / len_j`` where input ``i`` is in adaptive window ``j``
+    (ATen's windows: ``[floor(j n / o), ceil((j + 1) n / o))``), else 0; from IOTAs."""
+    j = Var(b.iota((o, n), 0, d))
+    i = Var(b.iota((o, n), 1, d))
+    start = Var(b.unary(Op.FLOOR, (j * float(n) / float(o)).v))
+    end = Var(b.unary(Op.CEIL, ((j + 1.0) * float(n) / float(o)).v))
+    inside = and_(not_(i < start), i < end)
+    return inside.where((end - start).recip(), 0.0)
 
 
 def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
+    """The gradient of an adaptive average pool: per spatial dim, a product with the
+    window-membership matrix over each window's length (:func:`_adaptive_weights`);
+    small GEMMs, since windows of an adaptive pool may overlap and differ in size."""
     def run(ctx: Ctx, grad: Var, x: Var) -> Var:
-        out = grad.shape[-nd:]
-        k = _adaptive_window(x, out)
-        return _avg_pool_backward(nd)(ctx, grad, x, k, k, (0,) * nd, False, True, None)
+        d = ctx.out_dtype
+        if 0 in grad.shape or 0 in x.shape:
+            return Var(const(0, d, ctx.out_shape))
+        g = grad.cast(d)
+        lead = g.ndim - nd
+        for k in range(nd):
+            ax = lead + k
+            n, o = x.shape[ax], g.shape[ax]
+            a = _adaptive_weights(n, o, d)  # [o, n]
+            perm = [*range(ax), *range(ax + 1, g.ndim), ax]
+            moved = g.permute(perm) @ a  # the pooled axis last, now of size n
+            inv = [perm.index(q) for q in range(g.ndim)]
+            g = moved.permute(inv)
+        return g
     return run
 
 
