@@ -13,11 +13,13 @@ element-wise ops and the library GEMM), no instruction of its own:
   ``k*d % s`` of ``s``: a SLICE, a view. So a strided, dilated, padded convolution's
   ``prod(kernel)`` taps are views of the input.
 * **im2col + GEMM** (groups with more than one input channel each): the column matrix
-  ``[B, g, C/g * K, L]`` is one GATHER (:func:`columns`); the weight ``[g, O/g,
-  C/g * K]`` times it is one batched GEMM whose result is already channels-first
-  ``[B, O, L]``, the bias (and what follows element-wise: a folded batch norm, the
-  activation: batch norm at inference is element-wise after the convolution, so it
-  rides in the same epilogue instead of being folded into the weight) fused after it.
+  ``[B, g, C/g * K, L]`` is one GATHER (:func:`columns`; for a 1x1 kernel the one tap,
+  a view); the weight ``[g, O/g, C/g * K]`` times it is one batched GEMM whose result
+  is already channels-first ``[B, O, L]``. The bias and what follows element-wise
+  (batch norm at inference, the activation) run as the GEMM's epilogue, per tile while
+  it is in cache, so batch norm costs no pass of its own without being folded into
+  the weight (which would need the weight to be a constant: hologram does not assume
+  that).
 * **Direct** (one input channel per group: depthwise): the sum over taps of tap times
   weight is element-wise over views, so the scheduler fuses it into one kernel that
   reads the input ``prod(kernel)`` times from cache and writes the output once; a GEMM
@@ -176,7 +178,11 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         assert y is not None
         y = y.reshape((b, o, *outs))
     else:
-        cols = columns(x, kernel, stride, padding, dilation, outs, groups)
+        if kk == 1:  # a pointwise convolution: its one tap (a view) is the column matrix
+            cols = taps(x, kernel, stride, padding, dilation, outs)[0].reshape(
+                (b, groups, cg, math.prod(outs)))
+        else:
+            cols = columns(x, kernel, stride, padding, dilation, outs, groups)
         w = weight.reshape((1, groups, og, cg * kk))
         y = (w @ cols).reshape((b, o, *outs))
     if bias is not None:
