@@ -12,14 +12,14 @@ element-wise ops and the library GEMM), no instruction of its own:
   kernel position ``k`` meets are then the window ``[k*d // s, +O)`` of ``Q`` at
   ``k*d % s`` of ``s``: a SLICE, a view. So a strided, dilated, padded convolution's
   ``prod(kernel)`` taps are views of the input.
-* **im2col + GEMM** (groups with more than one input channel each): the column matrix
-  ``[B, g, C/g * K, L]`` is one GATHER (:func:`columns`; for a 1x1 kernel the one tap,
-  a view); the weight ``[g, O/g, C/g * K]`` times it is one batched GEMM whose result
-  is already channels-first ``[B, O, L]``. The bias and what follows element-wise
-  (batch norm at inference, the activation) run as the GEMM's epilogue, per tile while
-  it is in cache, so batch norm costs no pass of its own without being folded into
-  the weight (which would need the weight to be a constant: hologram does not assume
-  that).
+* **im2col + GEMM** (groups with more than one input channel each): the taps stacked
+  (one CONCAT; for a 1x1 kernel the one tap, a view) are the column matrix ``[B, g,
+  C/g * K, L]`` (:func:`columns`); the weight ``[g, O/g, C/g * K]`` times it is one
+  batched GEMM whose result is already channels-first ``[B, O, L]``. The bias and what
+  follows element-wise (batch norm at inference, the activation) run as the GEMM's
+  epilogue, per tile while it is in cache, so batch norm costs no pass of its own
+  without being folded into the weight (which would need the weight to be a constant:
+  hologram does not assume that).
 * **Direct** (one input channel per group: depthwise): the sum over taps of tap times
   weight is element-wise over views, so the scheduler fuses it into one kernel that
   reads the input ``prod(kernel)`` times from cache and writes the output once; a GEMM
@@ -44,14 +44,12 @@ from typing import Any
 
 import torch
 
-from hologram.isa import dtypes
-from hologram.isa.builder import Var, concat, const, iota
+from hologram.isa.builder import Var, concat, const
 
-from .context import Ctx, Unsupported, and_, isa_dtype, not_
+from .context import Ctx, Unsupported, isa_dtype
 from .movement import pad_with
 
 aten = torch.ops.aten
-I64 = dtypes.i64
 
 
 def _expand_arg(v: Sequence[int] | int, nd: int, what: str) -> tuple[int, ...]:
@@ -118,34 +116,19 @@ def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var
     return windows.reshape((b, *out_sizes, c * math.prod(kernel)))
 
 
-def columns(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
-            dilation: Sequence[int], outs: Sequence[int], groups: int) -> Var:
-    """The column matrix ``[B, g, C/g * K, L]`` of ``x [B, C, *P]`` (per group, rows
-    ordered (channel, kernel position) as a weight's are): one GATHER from the input
-    flattened over its spatial dims, at an index computed from IOTAs in the kernel,
-    with a zero where a window reaches into the padding. One loop nest: the taps
-    stacked with a CONCAT were one per kernel position, each an OpenMP region of its
-    own (docs/perf.md, "Convolution")."""
-    b, c = x.shape[:2]
-    sizes = x.shape[2:]
-    nd = len(kernel)
-    grid = (1, 1, *kernel, *outs)
-    flat: Var | None = None
-    inside: Var | None = None
-    for i in range(nd):
-        pos = (Var(iota(grid, 2 + nd + i, I64)) * stride[i]
-               + Var(iota(grid, 2 + i, I64)) * dilation[i] - padding[i])
-        ok = and_(not_(pos < 0), pos < sizes[i])
-        inside = ok if inside is None else and_(inside, ok)
-        term = pos * math.prod(sizes[i + 1:])
-        flat = term if flat is None else flat + term
-    assert flat is not None and inside is not None
-    tl = math.prod(kernel) * math.prod(outs)
-    inside = inside.reshape((1, 1, tl))
-    idx = inside.where(flat.reshape((1, 1, tl)), 0).expand((b, c, tl))
-    vals = x.reshape((b, c, math.prod(sizes))).gather(idx, 2)
-    cols = inside.where(vals, Var(const(0, x.dtype, ())))
-    return cols.reshape((b, groups, (c // groups) * math.prod(kernel), math.prod(outs)))
+def columns(tp: list[Var], groups: int) -> Var:
+    """Taps ``[B, C, *outs]`` stacked to the column matrix ``[B, g, C/g * K, L]`` (per
+    group, rows ordered (channel, kernel position) as a weight's are): one CONCAT of
+    views, whose parts are each one loop nest reading the input contiguously along
+    the output's rows. A GATHER at IOTA-computed indices (one loop nest for all) ran
+    3-4x slower on a quiet machine: its index arithmetic per element costs more than
+    the copy (docs/perf.md, "Convolution"; ``benchmarks/bench_conv.py``)."""
+    b, c = tp[0].shape[:2]
+    outs = tp[0].shape[2:]
+    if len(tp) == 1:  # a 1x1 kernel: the tap itself (a view)
+        return tp[0].reshape((b, groups, c // groups, math.prod(outs)))
+    stacked = Var(concat([t.reshape((b, c, 1, *outs)).v for t in tp], 2))
+    return stacked.reshape((b, groups, (c // groups) * len(tp), math.prod(outs)))
 
 
 def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
@@ -178,11 +161,7 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         assert y is not None
         y = y.reshape((b, o, *outs))
     else:
-        if kk == 1:  # a pointwise convolution: its one tap (a view) is the column matrix
-            cols = taps(x, kernel, stride, padding, dilation, outs)[0].reshape(
-                (b, groups, cg, math.prod(outs)))
-        else:
-            cols = columns(x, kernel, stride, padding, dilation, outs, groups)
+        cols = columns(taps(x, kernel, stride, padding, dilation, outs), groups)
         w = weight.reshape((1, groups, og, cg * kk))
         y = (w @ cols).reshape((b, o, *outs))
     if bias is not None:
@@ -271,7 +250,7 @@ def conv_weight_grad(g: Var, x: Var, wshape: Sequence[int], stride: Sequence[int
         parts = [(gg * t.reshape((b, groups, 1, *outs))).sum(red).reshape((groups, og, 1)).v
                  for t in tp]
         return Var(concat(parts, 2)).reshape(tuple(wshape))
-    cols = columns(x, kernel, stride, padding, dilation, outs, groups)  # [B, g, C/g*K, L]
+    cols = columns(taps(x, kernel, stride, padding, dilation, outs), groups)
     ln = math.prod(outs)
     gm = g.reshape((b, groups, og, ln)).permute((1, 2, 0, 3)).reshape((groups, og, b * ln))
     cm = cols.permute((1, 0, 3, 2)).reshape((groups, b * ln, cg * math.prod(kernel)))
