@@ -24,7 +24,7 @@ element-wise ops and the library GEMM), no instruction of its own:
   weight is element-wise over views, so the scheduler fuses it into one kernel that
   reads the input ``prod(kernel)`` times from cache and writes the output once; a GEMM
   per channel with an inner size of ``prod(kernel)`` would not pay for its calls, and
-  the GATHERed columns reduced over the kernel axis ran 1.4-9x slower (measured).
+  the GATHERed columns reduced over the kernel axis ran 6-13x slower (measured).
 
 Which path a convolution takes was measured (docs/perf.md, "Convolution").
 
@@ -121,7 +121,7 @@ def columns(tp: list[Var], groups: int) -> Var:
     group, rows ordered (channel, kernel position) as a weight's are): one CONCAT of
     views, whose parts are each one loop nest reading the input contiguously along
     the output's rows. A GATHER at IOTA-computed indices (one loop nest for all) ran
-    3-4x slower on a quiet machine: its index arithmetic per element costs more than
+    1.7-3.5x slower on a quiet machine: its index arithmetic per element costs more than
     the copy (docs/perf.md, "Convolution"; ``benchmarks/bench_conv.py``)."""
     b, c = tp[0].shape[:2]
     outs = tp[0].shape[2:]
