@@ -130,8 +130,7 @@ def pad_with(y: Var, pads: Sequence[int], fill: Value) -> Var:
             return const(fill.attr("value"), fill.dtype, (*shape[:axis], size, *shape[axis + 1:]))
 
         parts = [p for p in (part(max(0, lo)), y.v, part(max(0, hi))) if p.shape[axis]]
-        if len(parts) > 1:
-            y = Var(concat(parts, axis))
+        y = Var(concat(parts or [y.v], axis))
     return y
 
 
