@@ -28,11 +28,13 @@ element-wise ops and the library GEMM), no instruction of its own:
 
 Which path a convolution takes was measured (docs/perf.md, "Convolution").
 
-The backward ops are the same pieces: the input gradient is a stride-1 convolution of
-the output gradient, dilated by the stride (zeros interleaved: a CONCAT and RESHAPE),
-with the weight flipped and its channel axes swapped; the weight gradient is the GEMM
-of the output gradient against the forward's columns (contracting batch and
-positions), or for depthwise a product of taps reduced; the bias gradient a sum.
+The backward ops are the same pieces: the input gradient is col2im (the columns'
+gradient, one GEMM, each kernel position's part put back where its tap came from and
+summed: views and one fused kernel); for depthwise, a direct stride-1 convolution of
+the output gradient dilated by the stride (zeros interleaved: a CONCAT and RESHAPE),
+with the weight flipped and its channel axes swapped. The weight gradient is a GEMM
+per image of the output gradient against the columns (read transposed), summed over
+the batch, or for depthwise a product of taps reduced; the bias gradient a sum.
 """
 
 from __future__ import annotations
@@ -224,6 +226,8 @@ def conv_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequen
     o, cg = weight.shape[:2]
     kernel = weight.shape[2:]
     og = o // groups
+    if og > 1:  # dense: col2im; a depthwise-like one stays a direct (fused) convolution
+        return _col2im_input_grad(g, weight, in_sizes, stride, padding, dilation, groups)
     full = [(k - 1) * d for k, d in zip(kernel, dilation, strict=True)]
     gd = _dilate(g, stride)
     wt = weight.reshape((groups, og, cg, *kernel)).permute(
@@ -233,6 +237,40 @@ def conv_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequen
     # the dilated gradient with zeros on the right as far as in_sizes needs
     pads = [f - p for f, p in zip(full, padding, strict=True)]
     return conv_nd(gd, wt, None, (1,) * nd, pads, dilation, groups, tuple(in_sizes))
+
+
+def _col2im_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequence[int],
+                       padding: Sequence[int], dilation: Sequence[int], groups: int) -> Var:
+    """The input gradient of a strided convolution as col2im: the columns' gradient is
+    one batched GEMM (the weight transposed times the output gradient), and each kernel
+    position's slice of it goes back where its tap came from (dilated by the stride,
+    shifted: views), all of them summed in one fused kernel. Measured against the
+    transposed convolution of the dilated gradient (im2col of it and a GEMM): 1.7-2.5x
+    faster at stride 2, which multiplies ``prod(stride)`` times as many zeros there,
+    and 1.0-1.4x at stride 1 (ResNet-18's shapes, batch 1 and 8)."""
+    b, o = g.shape[:2]
+    outs = g.shape[2:]
+    _, cg = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    og = o // groups
+    kk = math.prod(kernel)
+    c = groups * cg
+    wt = weight.reshape((1, groups, og, cg * kk)).permute((0, 1, 3, 2))  # [1, g, CK, O/g]
+    dcols = (wt @ g.reshape((b, groups, og, math.prod(outs)))).reshape((b, c, kk, *outs))
+    zero = const(0, g.dtype, ())
+    dx: Var | None = None
+    for t, pos in enumerate(itertools.product(*(range(k) for k in kernel))):
+        tap = dcols.slice((0, 0, t, *(0,) * len(outs)), (b, c, 1, *outs)).reshape(
+            (b, c, *outs))
+        placed = _dilate(tap, stride)
+        pads: list[int] = []
+        for i, n in enumerate(in_sizes):
+            lo = pos[i] * dilation[i] - padding[i]
+            pads[:0] = [lo, n - lo - placed.shape[2 + i]]
+        placed = pad_with(placed, pads, zero)
+        dx = placed if dx is None else dx + placed
+    assert dx is not None
+    return dx
 
 
 def conv_weight_grad(g: Var, x: Var, wshape: Sequence[int], stride: Sequence[int],
@@ -251,10 +289,11 @@ def conv_weight_grad(g: Var, x: Var, wshape: Sequence[int], stride: Sequence[int
                  for t in tp]
         return Var(concat(parts, 2)).reshape(tuple(wshape))
     cols = columns(taps(x, kernel, stride, padding, dilation, outs), groups)
-    ln = math.prod(outs)
-    gm = g.reshape((b, groups, og, ln)).permute((1, 2, 0, 3)).reshape((groups, og, b * ln))
-    cm = cols.permute((1, 0, 3, 2)).reshape((groups, b * ln, cg * math.prod(kernel)))
-    return (gm @ cm).reshape(tuple(wshape))
+    # one GEMM per image against its columns read transposed in place, summed over the
+    # batch: 1.3-2.1x faster than one GEMM over (batch, positions), whose operands were
+    # a transposed copy of the columns and a permuted copy of the gradient
+    gm = g.reshape((b, groups, og, math.prod(outs)))
+    return (gm @ cols.permute((0, 1, 3, 2))).sum(0).reshape(tuple(wshape))
 
 
 def _convolution_backward(ctx: Ctx, grad: Var, x: Var, weight: Var,
