@@ -10,7 +10,9 @@ here), each feeding the same batched GEMM; plus each column matrix alone, a copy
 the same size (the floor of any im2col) and the GEMM alone on ready columns.
 Depthwise convolutions (MobileNet's 3x3, ConvNeXt's 7x7): the direct form (taps
 times weights summed, one fused kernel: what the lowering does) against the GATHERed
-columns reduced over the kernel axis. Samples interleaved, medians.
+columns reduced over the kernel axis. Backward (ResNet-18's shapes, batch 8): the
+lowering's input gradient (col2im) and weight gradient (a GEMM per image, summed)
+against ATen's ``convolution_backward`` (oneDNN). Samples interleaved, medians.
 """
 
 from __future__ import annotations
@@ -137,6 +139,44 @@ def _depthwise(rep: Report, case: tuple[int, ...], repeat: int) -> None:
     add_interleaved(t, {n: Candidate(f) for n, f in cands.items()}, repeat=repeat)
 
 
+#: (batch, channels in, size, channels out, kernel, stride, padding)
+BACKWARD = ((8, 64, 28, 64, 3, 1, 1), (8, 64, 28, 128, 3, 2, 1), (8, 64, 28, 128, 1, 2, 0),
+            (8, 128, 14, 256, 3, 2, 1), (8, 256, 7, 256, 3, 1, 1))
+
+
+def _backward(rep: Report, case: tuple[int, ...], repeat: int) -> None:
+    import numpy as np
+    import torch
+
+    import hologram as hg
+    from hologram_torch.lowering.convolution import conv_input_grad, conv_weight_grad
+
+    b, c, h, o, k, s, p = case
+    ho = (h + 2 * p - k) // s + 1
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((b, c, h, h), dtype=np.float32)
+    w = rng.standard_normal((o, c, k, k), dtype=np.float32)
+    gy = rng.standard_normal((b, o, ho, ho), dtype=np.float32)
+    geo = ((s, s), (p, p), (1, 1), 1)
+    dx = hg.jit(lambda gy, w: conv_input_grad(gy, w, (h, h), *geo))
+    dw = hg.jit(lambda gy, x: conv_weight_grad(gy, x, w.shape, *geo))
+    tx, tw, tg = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(gy)
+
+    def aten(mask: list[bool]) -> Any:
+        return torch.ops.aten.convolution_backward(tg, tx, tw, None, [s, s], [p, p], [1, 1],
+                                                   False, [0, 0], 1, mask)
+
+    want_dx, want_dw = aten([True, True, False])[:2]
+    np.testing.assert_allclose(dx(gy, w), want_dx.numpy(), rtol=1e-3, atol=1e-2)
+    np.testing.assert_allclose(dw(gy, x), want_dw.numpy(), rtol=1e-3, atol=1e-1)
+    for what, ours, mask in (("input", lambda: dx(gy, w), [True, False, False]),
+                             ("weight", lambda: dw(gy, x), [False, True, False])):
+        title = f"{what} gradient, conv {c}->{o} {k}x{k} stride {s}, {h}x{h}, batch {b}"
+        t = rep.table(title, baseline="ATen convolution_backward", unit="ms")
+        add_interleaved(t, {"ATen convolution_backward": Candidate(lambda m=mask: aten(m)),
+                            "hologram": Candidate(ours)}, repeat=repeat)
+
+
 def main() -> None:
     args = common.parser(__doc__.splitlines()[0]).parse_args()
     common.quiet_hologram()
@@ -146,6 +186,8 @@ def main() -> None:
         _dense(rep, case, repeat)
     for case in DEPTHWISE:
         _depthwise(rep, case, repeat)
+    for case in BACKWARD:
+        _backward(rep, case, repeat)
     rep.finish(args)
 
 
