@@ -4,6 +4,14 @@ Inductor, OpenVINO (f32) and hologram, side by side.
     .venv/bin/python benchmarks/bench_models.py [--json out.json] [--quick]
         [--models gpt2,bert,llama,t5,vit] [--batches 1,8] [--no-train] [--no-gemm]
         [--backends eager,inductor,openvino,hologram[,hologram-nopack]]
+    .venv/bin/python benchmarks/bench_models.py --cnn [--train-size 112] ...
+
+``--cnn`` runs the CNN rows instead (issue 19): torchvision's ResNet-18 and
+MobileNetV3-small and timm's ConvNeXt-atto (random weights) at 224x224, batch 1 and 8,
+and a ResNet-18 training step (forward, cross-entropy, backward, SGD with momentum) at
+batch 8 and ``--train-size`` (default 112: 224 makes each interleaved sample several
+seconds on two cores). torchvision and timm come from the dev extra
+(``hologram_torch/torchvision_import.py`` loads a torchvision whose C++ ops do not).
 
 Models are transformers' own classes built from configs with random weights (nothing
 is downloaded): GPT-2 124M (``GPT2Config()``), BERT-base (``BertConfig()``), a small
@@ -42,6 +50,9 @@ import common  # noqa: E402
 from common import Candidate, Report, add_interleaved, target  # noqa: E402
 
 SEQ = 128
+#: The CNN rows (--cnn): name -> how to build it (random weights).
+CNNS = ("resnet18", "mobilenet_v3_small", "convnext_atto")
+CNN_SIZE = 224
 BACKENDS = ("eager", "inductor", "openvino", "hologram")
 #: Rows --backends may add: hologram without packed constant weights (the A/B of
 #: hologram_torch/packed_weights.py; the same as "hologram" where the BLAS cannot pack).
@@ -60,6 +71,8 @@ def build(name: str) -> tuple[Any, Callable[[int], dict[str, Any]]]:
     import transformers as tf
 
     torch.manual_seed(0)
+    if name in CNNS:
+        return build_cnn(name)
     vocab = 32000
     if name == "gpt2":
         model = tf.GPT2LMHeadModel(tf.GPT2Config())
@@ -96,7 +109,34 @@ def build(name: str) -> tuple[Any, Callable[[int], dict[str, Any]]]:
     return model, inputs
 
 
+def build_cnn(name: str, num_classes: int = 1000) -> tuple[Any, Callable[[int], dict[str, Any]]]:
+    """(CNN in eval mode, inputs(batch) -> {"x": images at CNN_SIZE})."""
+    import torch
+
+    from hologram_torch.torchvision_import import import_torchvision
+
+    tv = import_torchvision()
+    torch.manual_seed(0)
+    if name == "convnext_atto":
+        import timm
+
+        model = timm.create_model(name, pretrained=False, num_classes=num_classes)
+    else:
+        model = getattr(tv.models, name)(num_classes=num_classes)
+    model.eval()
+
+    def inputs(batch: int, size: int = CNN_SIZE) -> dict[str, Any]:
+        g = torch.Generator().manual_seed(batch)
+        return {"x": torch.randn(batch, 3, size, size, generator=g)}
+
+    return model, inputs
+
+
 def main_output(out: Any) -> Any:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out
     for key in ("logits", "last_hidden_state"):
         v = getattr(out, key, None)
         if v is not None:
@@ -155,7 +195,8 @@ def inference_table(rep: Report, name: str, batch: int, repeat: int,
 
     model, make_inputs = build(name)
     kw = make_inputs(batch)
-    title = f"{name} inference, batch {batch}" + ("" if name == "vit" else f", seq {SEQ}")
+    title = f"{name} inference, batch {batch}" + (
+        "" if name == "vit" else f", {CNN_SIZE}x{CNN_SIZE}" if name in CNNS else f", seq {SEQ}")
     t = rep.table(title, baseline="eager", unit="ms", extra_cols=("first call s", "rel err"))
     with torch.no_grad():
         ref = main_output(model(**kw))
@@ -227,6 +268,49 @@ def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
         except Exception as e:  # noqa: BLE001
             failed[backend] = f"{type(e).__name__}: {str(e)[:300]}"
     add_interleaved(t, steps, repeat=repeat, settle_s=SETTLE_S, failed=failed)
+    check_ahead(rep, t, title)
+    torch._dynamo.reset()
+
+
+def cnn_training_table(rep: Report, repeat: int, batch: int = 8, size: int = 112) -> None:
+    """A ResNet-18 training step: forward (batch norm in training mode, its running
+    statistics updated), cross-entropy, backward, SGD with momentum."""
+    import torch
+
+    title = (f"resnet18 training step (forward, backward, SGD momentum), batch {batch}, "
+             f"{size}x{size}")
+    t = rep.table(title, baseline="eager", unit="ms", extra_cols=("first call s", "loss err"))
+    _, make_inputs = build_cnn("resnet18")
+    x = make_inputs(batch, size)["x"]
+    y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(0))
+    steps: dict[str, Candidate] = {}
+    failed: dict[str, str] = {}
+    ref_loss = None
+    for backend in ("eager", "inductor", "hologram"):
+        try:
+            model, _ = build_cnn("resnet18")
+            model.train()
+            fn = compiled(model, backend)
+            opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+            def step(fn=fn, opt=opt) -> Any:
+                opt.zero_grad(set_to_none=True)
+                loss = torch.nn.functional.cross_entropy(fn(x), y)
+                loss.backward()
+                opt.step()
+                return loss.detach()
+
+            t0 = time.perf_counter()
+            loss = step()
+            first = time.perf_counter() - t0
+            if ref_loss is None:
+                ref_loss = loss
+            err = abs(loss.item() - ref_loss.item()) / abs(ref_loss.item())
+            steps[backend] = Candidate(step, extra={"first call s": f"{first:.1f}",
+                                                    "loss err": f"{err:.1e}"})
+        except Exception as e:  # noqa: BLE001
+            failed[backend] = f"{type(e).__name__}: {str(e)[:300]}"
+    add_interleaved(t, steps, repeat=repeat, failed=failed)
     check_ahead(rep, t, title)
     torch._dynamo.reset()
 
@@ -316,17 +400,29 @@ def main() -> None:
     p.add_argument("--batches", default="1,8")
     p.add_argument("--no-train", action="store_true")
     p.add_argument("--no-gemm", action="store_true")
+    p.add_argument("--cnn", action="store_true",
+                   help=f"the CNN rows ({', '.join(CNNS)}; a ResNet-18 training step) "
+                        "instead of the transformers'; no GEMM table")
+    p.add_argument("--train-size", type=int, default=112,
+                   help="image size of the ResNet-18 training step (--cnn)")
     p.add_argument("--backends", default=",".join(BACKENDS),
                    help=f"inference rows, of {', '.join((*BACKENDS, *EXTRA_BACKENDS))}")
     args = p.parse_args()
     common.fresh_inductor_cache()
     import torch  # noqa: F401
 
+    from hologram_torch.torchvision_import import import_torchvision
+
+    import_torchvision()  # before transformers, which imports torchvision when installed
+
     common.quiet_hologram()
     import logging
 
     logging.getLogger("hologram_torch").setLevel(logging.ERROR)
-    rep = Report("models", "transformer models through torch.compile backends on the CPU")
+    if args.cnn and args.models == p.get_default("models"):
+        args.models = ",".join(CNNS)
+    rep = Report("models", ("CNNs" if args.cnn else "transformer models")
+                 + " through torch.compile backends on the CPU")
     repeat = 3 if args.quick else 7
     backends = tuple(filter(None, args.backends.split(",")))
     unknown = set(backends) - {*BACKENDS, *EXTRA_BACKENDS}
@@ -337,8 +433,11 @@ def main() -> None:
         for batch in (int(b) for b in args.batches.split(",")):
             inference_table(rep, name, batch, repeat, backends)
     if not args.no_train:
-        training_table(rep, repeat)
-    if not args.no_gemm:
+        if args.cnn:
+            cnn_training_table(rep, repeat, size=args.train_size)
+        else:
+            training_table(rep, repeat)
+    if not args.no_gemm and not args.cnn:
         gemm_table(rep, repeat)
     rep.finish(args)
 

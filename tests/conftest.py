@@ -31,3 +31,14 @@ def native_cpu():
     if "C via" not in e.backend.describe():
         pytest.skip("no C compiler: the cpu backend is the reference interpreter")
     return e
+
+# torchvision (a test dependency: the CNNs of tests/test_torch_cnn.py) is imported here,
+# before any test imports transformers, which imports torchvision when it is installed
+# and fails with it where torchvision's wheel does not match torch's build
+# (hologram_torch/torchvision_import.py).
+try:
+    from hologram_torch.torchvision_import import import_torchvision
+except ImportError:  # torch not installed: the torch tests skip themselves
+    pass
+else:
+    import_torchvision()

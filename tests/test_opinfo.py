@@ -72,6 +72,10 @@ WHOLLY_IN_HOLOGRAM = (
     "as_strided_scatter", "searchsorted", "bucketize", "histc", "nonzero_static", "cdist",
     "nn.functional.pdist", "nn.functional.bilinear", "addbmm", "_segment_reduce.lengths",
     "_segment_reduce.offsets",
+    # convolution and pools (taps, GATHERed columns and GEMM; forward and backward)
+    "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.avg_pool1d",
+    "nn.functional.avg_pool2d", "nn.functional.max_pool1d", "nn.functional.max_pool2d",
+    "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d",
 )
 #: Ops in the subset that may still run partly in PyTorch (they must match all the same).
 #: The interpolations and quantile compute integer indices from floats (the sweep found

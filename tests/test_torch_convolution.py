@@ -1,5 +1,7 @@
-"""Convolutions whose windows do not overlap (a patch embedding) run as one GEMM inside a
-hologram program; the others stay in PyTorch, with a reason."""
+"""Convolutions inside hologram programs: a patch embedding (windows that do not
+overlap) as one GEMM over views of the input, every other one (stride, padding,
+dilation, groups, depthwise, 1-D) as taps feeding a GEMM or a direct kernel, forward
+and backward."""
 
 from __future__ import annotations
 
@@ -41,12 +43,61 @@ def test_patch_embedding_is_a_gemm_in_hologram(shape, kernel, bias, contiguous):
     torch.testing.assert_close(y, want, rtol=1e-12, atol=1e-12, equal_nan=True)
 
 
-@pytest.mark.parametrize("kw", [dict(stride=1), dict(stride=4, padding=1),
-                                dict(stride=4, groups=3), dict(stride=4, dilation=2)])
-def test_other_convolutions_stay_in_pytorch(kw):
+CASES = [  # (input shape, out channels, kernel, stride, padding, dilation, groups)
+    ((2, 3, 9, 9), 4, 3, 1, 1, 1, 1),          # ResNet's 3x3
+    ((2, 4, 10, 11), 6, 3, 2, 1, 1, 2),        # strided, grouped, odd sizes
+    ((1, 8, 8, 8), 8, 3, 1, 1, 1, 8),          # depthwise
+    ((2, 8, 9, 9), 16, 5, 2, 2, 1, 8),         # depthwise with a channel multiplier
+    ((2, 3, 12, 12), 5, 7, 2, 3, 1, 1),        # ResNet's stem
+    ((2, 4, 9, 9), 4, 3, 1, 2, 2, 1),          # dilated
+    ((1, 4, 7, 7), 4, 1, 1, 0, 1, 1),          # pointwise
+    ((1, 3, 5, 5), 2, 3, 3, 4, 2, 1),          # padding wider than the input
+    ((2, 4, 13), 6, 3, 2, 1, 2, 2),            # 1-D
+    ((2, 4, 10, 12), 6, (3, 1), (2, 1), (1, 0), 1, 1),  # asymmetric kernel
+]
+
+
+@pytest.mark.parametrize("shape,o,k,s,p,d,g", CASES)
+def test_convolution_runs_in_hologram(shape, o, k, s, p, d, g):
+    """Every convolution (stride, padding, dilation, groups) runs in hologram: eager's
+    result in float64 on fresh inputs, with NaN and inf in their windows, for a
+    contiguous and a non-contiguous (channels-last or transposed) input."""
     torch.manual_seed(0)
-    conv = torch.nn.Conv2d(3, 6, 4, **kw)
-    x = torch.randn(2, 3, 17, 17)
+    conv_cls = torch.nn.Conv2d if len(shape) == 4 else torch.nn.Conv1d
+    conv = conv_cls(shape[1], o, k, stride=s, padding=p, dilation=d, groups=g).double()
+    x = torch.randn(shape, dtype=torch.float64)
+    x[0, 0, 1] = float("nan")
+    x[-1, -1, -1] = float("inf")
+    for inp in (x, x.to(memory_format=torch.channels_last) if x.ndim == 4
+                else x.transpose(1, 2).contiguous().transpose(1, 2)):
+        y, fell_back = _run(conv, inp)
+        assert fell_back == []
+        torch.testing.assert_close(y, conv(inp), rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_convolution_of_an_empty_batch():
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1).double()
+    x = torch.randn(0, 3, 8, 8, dtype=torch.float64)
     y, fell_back = _run(conv, x)
-    assert fell_back == ["aten.convolution"]
-    torch.testing.assert_close(y, conv(x))
+    assert y.shape == (0, 4, 8, 8) and fell_back == []
+
+
+@pytest.mark.parametrize("shape,o,k,s,p,d,g", CASES[:5] + CASES[7:])
+def test_convolution_backward_gradcheck(shape, o, k, s, p, d, g):
+    """convolution_backward's input, weight and bias gradients (float64 gradcheck of
+    the compiled function, whose backward graph runs in hologram)."""
+    from hologram_torch.compile_backend import collect_graphs
+
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, dtype=torch.float64, generator=gen, requires_grad=True)
+    ks = (k,) * (len(shape) - 2) if isinstance(k, int) else k
+    w = torch.randn(o, shape[1] // g, *ks, dtype=torch.float64, generator=gen,
+                    requires_grad=True)
+    b = torch.randn(o, dtype=torch.float64, generator=gen, requires_grad=True)
+    conv = torch.nn.functional.conv2d if len(shape) == 4 else torch.nn.functional.conv1d
+    f = torch.compile(lambda x, w, b: conv(x, w, b, s, p, d, g), backend="hologram")
+    with collect_graphs() as graphs:
+        assert torch.autograd.gradcheck(f, (x, w, b))
+    assert {gr.kind for gr in graphs} >= {"forward", "backward"}
+    assert [op for gr in graphs for op, _ in gr.torch_ops] == []

@@ -16,7 +16,9 @@ module                    ops
 ``norms``                 softmax, log-softmax, layer norm
 ``linalg``                mm, addmm, bmm, matmul, mv, dot
 ``attention``             scaled-dot-product attention (ATen's fused CPU op), its backward
-``convolution``           convolution where windows do not overlap (a patch embedding: a GEMM)
+``convolution``           convolution and its backward (taps as views; im2col GEMM or a
+                          direct kernel for depthwise)
+``pooling``               average pools (fixed, adaptive) and their backward
 ``movement``              views, slices, split, cat, stack, unbind, repeat, roll,
                           constant_pad_nd
 ``creation``              full, zeros, ones, fill, arange, linspace, logspace, eye
@@ -63,6 +65,7 @@ from . import (
     losses,
     movement,
     norms,
+    pooling,
     reductions,
     segments,
     sorting,
@@ -87,7 +90,7 @@ __all__ = [
 aten = torch.ops.aten
 
 FAMILIES = (elementwise, reductions, norms, linalg, attention, convolution, movement, creation,
-            losses, checks, index, diagonal, sorting, distance, segments)
+            losses, checks, index, diagonal, sorting, distance, segments, pooling)
 
 
 def _assemble() -> dict[Any, Callable[..., Any]]:
@@ -148,7 +151,12 @@ DECOMPOSE = ("silu", "silu_backward", "hardtanh", "hardtanh_backward", "leaky_re
              "reflection_pad3d_backward", "replication_pad1d", "replication_pad2d",
              "replication_pad3d", "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate",
              "im2col", "col2im", "nll_loss2d_forward", "nll_loss2d_backward",
-             "mvlgamma")
+             "mvlgamma",
+             # pooling: max pools gather their windows (index) and reduce with indices,
+             # their backward is a scatter_add; adaptive average pools with divisible
+             # sizes become avg_pool2d (pooling), the others gathers
+             "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+             "max_pool3d_with_indices", "_adaptive_avg_pool2d")
 
 
 def supported_ops() -> list[str]:

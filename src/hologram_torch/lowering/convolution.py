@@ -1,26 +1,102 @@
-"""Convolution, for now only where it is a matrix product: windows that do not overlap.
+"""Convolution (1-D, 2-D and up) forward and backward, and the pools built the same way.
 
-A vision transformer's patch embedding is a convolution whose stride equals its kernel
-(no padding, no dilation, one group): every input element falls in at most one window,
-so cutting the input into patches is a reshape and a permute (a view), and the
-convolution is one GEMM of the patches against the kernel flattened to a matrix, with
-the bias added in its epilogue. Other convolutions (overlapping windows, padding,
-groups) stay in PyTorch until the convolution issue gives them kernels of their own.
+Every convolution here is made of existing ISA instructions (views, GATHER, IOTA,
+element-wise ops and the library GEMM), no instruction of its own:
+
+* **Patches.** Where the stride equals the kernel (no padding, dilation or groups: a
+  vision transformer's patch embedding) every input element falls in one window, so
+  the column matrix is a RESHAPE and PERMUTE of the input (no copy before the GEMM).
+* **Taps** (depthwise, average pools). The input, zero-padded (a CONCAT of constant
+  parts, which read no memory) and cropped or extended so each spatial size is a
+  multiple of the stride, is reshaped ``[B, C, Q, s]`` per spatial dim; the elements
+  kernel position ``k`` meets are then the window ``[k*d // s, +O)`` of ``Q`` at
+  ``k*d % s`` of ``s``: a SLICE, a view. So a strided, dilated, padded convolution's
+  ``prod(kernel)`` taps are views of the input.
+* **im2col + GEMM** (groups with more than one input channel each): the taps stacked
+  (one CONCAT; for a 1x1 kernel the one tap, a view) are the column matrix ``[B, g,
+  C/g * K, L]`` (:func:`columns`); the weight ``[g, O/g, C/g * K]`` times it is one
+  batched GEMM whose result is already channels-first ``[B, O, L]``. The bias and what
+  follows element-wise (batch norm at inference, the activation) run as the GEMM's
+  epilogue, per tile while it is in cache, so batch norm costs no pass of its own
+  without being folded into the weight (which would need the weight to be a constant:
+  hologram does not assume that).
+* **Direct** (one input channel per group: depthwise): the sum over taps of tap times
+  weight is element-wise over views, so the scheduler fuses it into one kernel that
+  reads the input ``prod(kernel)`` times from cache and writes the output once; a GEMM
+  per channel with an inner size of ``prod(kernel)`` would not pay for its calls, and
+  the GATHERed columns reduced over the kernel axis ran 6-13x slower (measured).
+
+Which path a convolution takes was measured (docs/perf.md, "Convolution").
+
+The backward ops are the same pieces: the input gradient is col2im (the columns'
+gradient, one GEMM, each kernel position's part put back where its tap came from and
+summed: views and one fused kernel); for depthwise, a direct stride-1 convolution of
+the output gradient dilated by the stride (zeros interleaved: a CONCAT and RESHAPE),
+with the weight flipped and its channel axes swapped. The weight gradient is a GEMM
+per image of the output gradient against the columns (read transposed), summed over
+the batch, or for depthwise a product of taps reduced; the bias gradient a sum.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from hologram.isa.builder import Var
+from hologram.isa.builder import Var, concat, const
 
-from .context import Ctx, Unsupported
+from .context import Ctx, Unsupported, isa_dtype
+from .movement import pad_with
 
 aten = torch.ops.aten
+
+
+def _expand_arg(v: Sequence[int] | int, nd: int, what: str) -> tuple[int, ...]:
+    t = (int(v),) * nd if isinstance(v, int) else tuple(int(i) for i in v)
+    if len(t) == 1 and nd > 1:
+        t = t * nd
+    if len(t) != nd:
+        raise Unsupported(f"{what} {list(t)} for a {nd}-D convolution")
+    return t
+
+
+def out_size(n: int, k: int, s: int, p: int, d: int, ceil: bool = False) -> int:
+    """ATen's output size of a window op along one dim."""
+    span = n + 2 * p - d * (k - 1) - 1
+    o = (-(-span // s) if ceil else span // s) + 1
+    if ceil and (o - 1) * s >= n + p:  # the last window must start inside input or left pad
+        o -= 1
+    return o
+
+
+def taps(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+         dilation: Sequence[int], outs: Sequence[int], fill: float = 0.0) -> list[Var]:
+    """``x [B, C, *P]``: for each kernel position (row-major), the view ``[B, C, *outs]``
+    of the (``fill``-padded) input elements that position meets. Views only: one
+    pad/crop per spatial dim, a RESHAPE and a SLICE per tap."""
+    lead = x.shape[:2]
+    nd = len(kernel)
+    pads: list[int] = []
+    split: list[int] = [*lead]
+    for n, k, s, p, d, o in zip(x.shape[2:], kernel, stride, padding, dilation, outs,
+                                strict=True):
+        q = -(-((k - 1) * d + s * o) // s)  # rows of s: enough for every tap's window
+        pads[:0] = [p, q * s - n - p]  # F.pad order: last dim first
+        split += [q, s]
+    xp = pad_with(x, pads, const(fill, x.dtype, ()))
+    grid = xp.reshape(tuple(split))
+    views = []
+    for pos in itertools.product(*(range(k) for k in kernel)):
+        starts, sizes = [0, 0], [*lead]
+        for i in range(nd):
+            off = pos[i] * dilation[i]
+            starts += [off // stride[i], off % stride[i]]
+            sizes += [outs[i], 1]
+        views.append(grid.slice(tuple(starts), tuple(sizes)).reshape((*lead, *outs)))
+    return views
 
 
 def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
@@ -42,33 +118,209 @@ def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var
     return windows.reshape((b, *out_sizes, c * math.prod(kernel)))
 
 
+def columns(tp: list[Var], groups: int) -> Var:
+    """Taps ``[B, C, *outs]`` stacked to the column matrix ``[B, g, C/g * K, L]`` (per
+    group, rows ordered (channel, kernel position) as a weight's are): one CONCAT of
+    views, whose parts are each one loop nest reading the input contiguously along
+    the output's rows. A GATHER at IOTA-computed indices (one loop nest for all) ran
+    1.7-3.5x slower on a quiet machine: its index arithmetic per element costs more than
+    the copy (docs/perf.md, "Convolution"; ``benchmarks/bench_conv.py``)."""
+    b, c = tp[0].shape[:2]
+    outs = tp[0].shape[2:]
+    if len(tp) == 1:  # a 1x1 kernel: the tap itself (a view)
+        return tp[0].reshape((b, groups, c // groups, math.prod(outs)))
+    stacked = Var(concat([t.reshape((b, c, 1, *outs)).v for t in tp], 2))
+    return stacked.reshape((b, groups, (c // groups) * len(tp), math.prod(outs)))
+
+
+def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
+            padding: Sequence[int], dilation: Sequence[int], groups: int,
+            outs: Sequence[int]) -> Var:
+    """``F.conv{n}d`` of ``x [B, C, *P]`` and ``weight [O, C/g, *K]``: ``[B, O, *outs]``."""
+    b, c = x.shape[:2]
+    o, cg = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    kk = math.prod(kernel)
+    og = o // groups
+    if b * o * math.prod(outs) == 0:
+        return Var(const(0, x.dtype, (b, o, *outs)))
+    if c * kk == 0:  # nothing to sum: the bias alone
+        y = Var(const(0, x.dtype, (b, o, *outs)))
+        return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
+    if tuple(stride) == kernel and not any(padding) and all(d == 1 for d in dilation) \
+            and groups == 1:  # windows that do not overlap (a patch embedding): views
+        y = _patches(x, kernel, tuple(outs)) @ weight.reshape((o, -1)).T  # [B, *outs, O]
+        y = y.permute((0, len(outs) + 1, *range(1, len(outs) + 1)))
+        return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
+    if cg == 1:  # direct: one input channel per group (depthwise)
+        tp = taps(x, kernel, stride, padding, dilation, outs)
+        w = weight.reshape((groups, og, kk))
+        y: Var | None = None
+        for i, t in enumerate(tp):
+            xi = t.reshape((b, groups, 1, *outs))
+            wi = w.slice((0, 0, i), (groups, og, 1)).reshape((groups, og, *(1,) * len(outs)))
+            y = xi * wi if y is None else y + xi * wi
+        assert y is not None
+        y = y.reshape((b, o, *outs))
+    else:
+        cols = columns(taps(x, kernel, stride, padding, dilation, outs), groups)
+        w = weight.reshape((1, groups, og, cg * kk))
+        y = (w @ cols).reshape((b, o, *outs))
+    if bias is not None:
+        y = y + bias.reshape((o, *(1,) * len(outs)))
+    return y
+
+
+def _check(x: Var, weight: Var, transposed: bool) -> int:
+    nd = x.ndim - 2
+    if transposed:
+        raise Unsupported("transposed convolution")
+    if nd < 1 or x.ndim != weight.ndim:
+        raise Unsupported(f"convolution of a {x.ndim}-D input with a {weight.ndim}-D weight")
+    return nd
+
+
 def _convolution(ctx: Ctx, x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
                  padding: Sequence[int], dilation: Sequence[int], transposed: bool,
                  output_padding: Sequence[int], groups: int) -> Var:
-    nd = x.ndim - 2
-    kernel = tuple(weight.shape[2:])
-    if transposed:
-        raise Unsupported("transposed convolution")
-    if tuple(stride) != kernel or any(padding) or any(d != 1 for d in dilation) \
-            or groups != 1:
-        raise Unsupported("convolution with overlapping windows, padding, dilation or groups "
-                          "(only stride == kernel, a patch embedding, is a GEMM here)")
-    if nd < 1 or x.ndim != weight.ndim:
-        raise Unsupported(f"convolution of a {x.ndim}-D input")
+    nd = _check(x, weight, transposed)
     d = ctx.out_dtype
-    out_shape = ctx.out_shape  # [B, O, *out_sizes]
-    out_sizes = tuple(out_shape[2:])
-    o = weight.shape[0]
-    patches = _patches(x.cast(d), kernel, out_sizes)
-    w = weight.cast(d).reshape((o, -1))
-    y = patches @ w.T  # [B, *out_sizes, O]
-    if bias is not None:
-        y = y + bias.cast(d)
-    # back to channels first: [B, O, *out_sizes]
-    return y.permute((0, nd + 1, *range(1, nd + 1)))
+    st, pa, di = (_expand_arg(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"),
+                                                      (dilation, "dilation")))
+    return conv_nd(x.cast(d), weight.cast(d), bias.cast(d) if bias is not None else None,
+                   st, pa, di, int(groups), tuple(ctx.out_shape[2:]))
+
+
+def _dilate(g: Var, stride: Sequence[int]) -> Var:
+    """``g [B, O, *outs]`` with ``stride - 1`` zeros after each element along each
+    spatial dim: a CONCAT with a constant and a RESHAPE per strided dim (no scatter)."""
+    lead = g.ndim - len(stride)
+    for i, s in enumerate(stride):
+        ax = lead + i
+        if s > 1:
+            shp = g.shape
+            col = g.reshape((*shp[:ax + 1], 1, *shp[ax + 1:]))
+            zeros = const(0, g.dtype, (*shp[:ax + 1], s - 1, *shp[ax + 1:]))
+            g = Var(concat([col.v, zeros], ax + 1)).reshape(
+                (*shp[:ax], shp[ax] * s, *shp[ax + 1:]))
+    return g
+
+
+def _flip_kernel(w: Var, nd: int) -> Var:
+    """``w [..., *K]`` reversed along its last ``nd`` axes (CONCATs of one-wide windows;
+    a weight is small)."""
+    for ax in range(w.ndim - nd, w.ndim):
+        n = w.shape[ax]
+        if n > 1:
+            parts = [w.slice(tuple(j if a == ax else 0 for a in range(w.ndim)),
+                             tuple(1 if a == ax else s for a, s in enumerate(w.shape))).v
+                     for j in reversed(range(n))]
+            w = Var(concat(parts, ax))
+    return w
+
+
+def conv_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequence[int],
+                    padding: Sequence[int], dilation: Sequence[int], groups: int) -> Var:
+    """The gradient of ``conv_nd`` with respect to its input: ``[B, C, *in_sizes]``."""
+    nd = len(in_sizes)
+    o, cg = weight.shape[:2]
+    kernel = weight.shape[2:]
+    og = o // groups
+    if og > 1:  # dense: col2im; a depthwise-like one stays a direct (fused) convolution
+        return _col2im_input_grad(g, weight, in_sizes, stride, padding, dilation, groups)
+    full = [(k - 1) * d for k, d in zip(kernel, dilation, strict=True)]
+    gd = _dilate(g, stride)
+    wt = weight.reshape((groups, og, cg, *kernel)).permute(
+        (0, 2, 1, *range(3, 3 + nd))).reshape((groups * cg, og, *kernel))
+    wt = _flip_kernel(wt, nd)
+    # a full correlation, less the forward's padding (negative: cropped); taps extends
+    # the dilated gradient with zeros on the right as far as in_sizes needs
+    pads = [f - p for f, p in zip(full, padding, strict=True)]
+    return conv_nd(gd, wt, None, (1,) * nd, pads, dilation, groups, tuple(in_sizes))
+
+
+def _col2im_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequence[int],
+                       padding: Sequence[int], dilation: Sequence[int], groups: int) -> Var:
+    """The input gradient of a strided convolution as col2im: the columns' gradient is
+    one batched GEMM (the weight transposed times the output gradient), and each kernel
+    position's slice of it goes back where its tap came from (dilated by the stride,
+    shifted: views), all of them summed in one fused kernel. Measured against the
+    transposed convolution of the dilated gradient (im2col of it and a GEMM): 1.7-2.5x
+    faster at stride 2, which multiplies ``prod(stride)`` times as many zeros there,
+    and 1.0-1.4x at stride 1 (ResNet-18's shapes, batch 1 and 8)."""
+    b, o = g.shape[:2]
+    outs = g.shape[2:]
+    _, cg = weight.shape[:2]
+    kernel = tuple(weight.shape[2:])
+    og = o // groups
+    kk = math.prod(kernel)
+    c = groups * cg
+    wt = weight.reshape((1, groups, og, cg * kk)).permute((0, 1, 3, 2))  # [1, g, CK, O/g]
+    dcols = (wt @ g.reshape((b, groups, og, math.prod(outs)))).reshape((b, c, kk, *outs))
+    zero = const(0, g.dtype, ())
+    dx: Var | None = None
+    for t, pos in enumerate(itertools.product(*(range(k) for k in kernel))):
+        tap = dcols.slice((0, 0, t, *(0,) * len(outs)), (b, c, 1, *outs)).reshape(
+            (b, c, *outs))
+        placed = _dilate(tap, stride)
+        pads: list[int] = []
+        for i, n in enumerate(in_sizes):
+            lo = pos[i] * dilation[i] - padding[i]
+            pads[:0] = [lo, n - lo - placed.shape[2 + i]]
+        placed = pad_with(placed, pads, zero)
+        dx = placed if dx is None else dx + placed
+    assert dx is not None
+    return dx
+
+
+def conv_weight_grad(g: Var, x: Var, wshape: Sequence[int], stride: Sequence[int],
+                     padding: Sequence[int], dilation: Sequence[int], groups: int) -> Var:
+    """The gradient of ``conv_nd`` with respect to its weight ``[O, C/g, *K]``."""
+    b, o = g.shape[:2]
+    outs = g.shape[2:]
+    cg = wshape[1]
+    kernel = tuple(wshape[2:])
+    og = o // groups
+    if cg == 1:  # depthwise: one product of tap and gradient reduced per kernel position
+        tp = taps(x, kernel, stride, padding, dilation, outs)
+        gg = g.reshape((b, groups, og, *outs))
+        red = (0, *range(3, 3 + len(outs)))
+        parts = [(gg * t.reshape((b, groups, 1, *outs))).sum(red).reshape((groups, og, 1)).v
+                 for t in tp]
+        return Var(concat(parts, 2)).reshape(tuple(wshape))
+    cols = columns(taps(x, kernel, stride, padding, dilation, outs), groups)
+    # one GEMM per image against its columns read transposed in place, summed over the
+    # batch: 1.3-2.1x faster than one GEMM over (batch, positions), whose operands were
+    # a transposed copy of the columns and a permuted copy of the gradient
+    gm = g.reshape((b, groups, og, math.prod(outs)))
+    return (gm @ cols.permute((0, 1, 3, 2))).sum(0).reshape(tuple(wshape))
+
+
+def _convolution_backward(ctx: Ctx, grad: Var, x: Var, weight: Var,
+                          bias_sizes: Sequence[int] | None, stride: Sequence[int],
+                          padding: Sequence[int], dilation: Sequence[int], transposed: bool,
+                          output_padding: Sequence[int], groups: int,
+                          output_mask: Sequence[bool]) -> tuple[Var | None, ...]:
+    nd = _check(x, weight, transposed)
+    st, pa, di = (_expand_arg(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"),
+                                                      (dilation, "dilation")))
+    info = next(i for i in ctx.out if i is not None)
+    d = isa_dtype(info.dtype)
+    g, x, w = grad.cast(d), x.cast(d), weight.cast(d)
+    if 0 in g.shape or 0 in x.shape or 0 in w.shape:
+        raise Unsupported("convolution backward of an empty tensor")
+    res: list[Var | None] = [None, None, None]
+    if output_mask[0]:
+        res[0] = conv_input_grad(g, w, x.shape[2:], st, pa, di, int(groups))
+    if output_mask[1]:
+        res[1] = conv_weight_grad(g, x, w.shape, st, pa, di, int(groups))
+    if output_mask[2]:
+        res[2] = g.sum((0, *range(2, g.ndim)))
+    return tuple(res)
 
 
 # One row per ATen op (overload packet).
 ROWS: dict[Any, Callable[..., Any]] = {
     aten.convolution: _convolution,
+    aten.convolution_backward: _convolution_backward,
 }

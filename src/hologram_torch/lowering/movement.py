@@ -113,31 +113,36 @@ def _slice_backward(ctx: Ctx, grad: Var, input_sizes: Sequence[int], dim: int, s
     return Var(concat(parts or [g.v], d))
 
 
+def pad_with(y: Var, pads: Sequence[int], fill: Value) -> Var:
+    """``y`` padded with ``fill`` (a 0-d CONST of ``y``'s dtype): pairs (before, after)
+    from the last dim back, as ``F.pad``. A negative pad crops (a SLICE window); a
+    positive one is a constant part of a CONCAT (computed where it is read, no memory)."""
+    for k in range(len(pads) // 2):
+        axis = y.ndim - 1 - k
+        lo, hi = int(pads[2 * k]), int(pads[2 * k + 1])
+        n = y.shape[axis]
+        start, stop = max(0, -lo), n - max(0, -hi)
+        if (start, stop) != (0, n):
+            y = y.slice(tuple(start if a == axis else 0 for a in range(y.ndim)),
+                        tuple(stop - start if a == axis else s for a, s in enumerate(y.shape)))
+
+        def part(size: int, shape: tuple[int, ...] = y.shape, axis: int = axis) -> Value:
+            return const(fill.attr("value"), fill.dtype, (*shape[:axis], size, *shape[axis + 1:]))
+
+        parts = [p for p in (part(max(0, lo)), y.v, part(max(0, hi))) if p.shape[axis]]
+        y = Var(concat(parts or [y.v], axis))
+    return y
+
+
 def _constant_pad_nd(ctx: Ctx, x: Var, pad: Sequence[int], value: Any = 0) -> Var:
-    """``F.pad(x, pad, value=value)``: pairs (before, after) from the last dim back. A
-    negative pad crops (a SLICE window); a positive one is a constant part of a CONCAT
-    (computed where it is read, no memory)."""
+    """``F.pad(x, pad, value=value)`` (see :func:`pad_with`)."""
     d = ctx.out_dtype
     y = x.cast(d)
     if len(pad) % 2 or len(pad) // 2 > y.ndim:
         raise Unsupported(f"pad {list(pad)} for a {y.ndim}-d tensor")
     if 0 in ctx.out_shape:
         return as_var(value, d).expand(ctx.out_shape)
-    fill = as_var(value, d).v
-    for k in range(len(pad) // 2):
-        axis = y.ndim - 1 - k
-        lo, hi = int(pad[2 * k]), int(pad[2 * k + 1])
-        n = y.shape[axis]
-        start, stop = max(0, -lo), n - max(0, -hi)
-        y = y.slice(tuple(start if a == axis else 0 for a in range(y.ndim)),
-                    tuple(stop - start if a == axis else s for a, s in enumerate(y.shape)))
-
-        def part(size: int, shape: tuple[int, ...] = y.shape, axis: int = axis) -> Value:
-            return const(fill.attr("value"), d, (*shape[:axis], size, *shape[axis + 1:]))
-
-        parts = [p for p in (part(max(0, lo)), y.v, part(max(0, hi))) if p.shape[axis]]
-        y = Var(concat(parts, axis))
-    return y
+    return pad_with(y, pad, as_var(value, d).v)
 
 
 def _repeat(ctx: Ctx, x: Var, repeats: Sequence[int]) -> Var:

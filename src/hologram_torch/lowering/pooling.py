@@ -1,0 +1,161 @@
+"""Average pooling (fixed and adaptive windows) forward and backward.
+
+An average pool is a depthwise convolution whose weight is all ones, divided by each
+window's count: the taps of :mod:`.convolution` (views), summed in one fused kernel,
+and its backward that convolution's input gradient. The divisor of each output
+position follows ATen's CPU kernel: the window clipped to the padded input
+(``count_include_pad``) or to the input itself, or ``divisor_override``; it is
+separable, a product of one IOTA expression per spatial dim.
+
+The adaptive pool's backward multiplies the gradient by a window-membership matrix per
+spatial dim (its windows may overlap and differ in length). Its forward runs as
+PyTorch's decomposition (``lowering.DECOMPOSE``): avg_pool2d where the sizes divide,
+GATHERs otherwise. So does max pooling: a GATHER of the windows, a max with indices,
+and a SCATTER_ADD for its backward.
+
+One translator per ATen op, ``ROWS`` maps each op to it (see
+:mod:`hologram_torch.lowering` for how a translator is written)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from hologram.isa import builder as b
+from hologram.isa import dtypes
+from hologram.isa.builder import Var, const
+from hologram.isa.opcodes import Op
+
+from .context import Ctx, Unsupported, and_, not_
+from .convolution import conv_input_grad, conv_nd
+
+aten = torch.ops.aten
+
+
+def _args(nd: int, kernel: Sequence[int], stride: Sequence[int],
+          padding: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    def full(v: Sequence[int] | int, default: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        t = (int(v),) * nd if isinstance(v, int) else tuple(int(i) for i in v)
+        if not t and default is not None:
+            return default
+        return t * nd if len(t) == 1 else t
+
+    k = full(kernel)
+    s = full(stride, k)
+    p = full(padding)
+    if not (len(k) == len(s) == len(p) == nd):
+        raise Unsupported(f"pool arguments kernel={kernel} stride={stride} padding={padding}")
+    return k, s, p
+
+
+def _divisor(shape: tuple[int, ...], sizes: Sequence[int], k: Sequence[int],
+             s: Sequence[int], p: Sequence[int], include_pad: bool,
+             override: int | None, d: dtypes.DType) -> Var:
+    """Each output position's divisor ``[1, 1, *outs]`` (ATen's avg_pool CPU rule)."""
+    if override:
+        return Var(const(float(override), d, ()))
+    outs = shape[2:]
+    div: Var | None = None
+    for i, (n, ki, si, pi) in enumerate(zip(sizes, k, s, p, strict=True)):
+        o = Var(b.iota((1, 1, *outs), 2 + i, d))
+        start = o * float(si) - float(pi)
+        end = (start + float(ki)).minimum(float(n + pi))
+        if not include_pad:
+            start, end = start.maximum(0.0), end.minimum(float(n))
+        cnt = end - start
+        div = cnt if div is None else div * cnt
+    assert div is not None
+    return div
+
+
+def _ones(c: int, k: Sequence[int], d: dtypes.DType) -> Var:
+    return Var(const(1.0, d, (c, 1, *k)))
+
+
+def _batched(x: Var, nd: int) -> Var:
+    """A pool's input with its optional batch dim made explicit: ``[B, C, *P]``."""
+    if x.ndim == nd + 1:
+        return x.reshape((1, *x.shape))
+    if x.ndim != nd + 2:
+        raise Unsupported(f"a {nd}-D pool of a {x.ndim}-D input")
+    return x
+
+
+def _avg_pool(nd: int) -> Callable[..., Var]:
+    def run(ctx: Ctx, x: Var, kernel_size: Sequence[int], stride: Sequence[int] = (),
+            padding: Sequence[int] = (0,), ceil_mode: bool = False,
+            count_include_pad: bool = True, divisor_override: int | None = None) -> Var:
+        d = ctx.out_dtype
+        k, s, p = _args(nd, kernel_size, stride, padding)
+        xb = _batched(x.cast(d), nd)
+        out = ctx.out_shape if len(ctx.out_shape) == nd + 2 else (1, *ctx.out_shape)
+        c = xb.shape[1]
+        total = conv_nd(xb, _ones(c, k, d), None, s, p, (1,) * nd, c, tuple(out[2:]))
+        y = total / _divisor(tuple(out), xb.shape[2:], k, s, p, count_include_pad,
+                             divisor_override, d)
+        return y.reshape(ctx.out_shape)
+    return run
+
+
+def _avg_pool_backward(nd: int) -> Callable[..., Var]:
+    def run(ctx: Ctx, grad: Var, x: Var, kernel_size: Sequence[int], stride: Sequence[int],
+            padding: Sequence[int], ceil_mode: bool, count_include_pad: bool,
+            divisor_override: int | None) -> Var:
+        d = ctx.out_dtype
+        k, s, p = _args(nd, kernel_size, stride, padding)
+        xb = _batched(x, nd)
+        gb = _batched(grad.cast(d), nd)
+        c = xb.shape[1]
+        if 0 in gb.shape or 0 in xb.shape:  # nothing flows back
+            return Var(const(0, d, ctx.out_shape))
+        g = gb / _divisor(gb.shape, xb.shape[2:], k, s, p, count_include_pad,
+                          divisor_override, d)
+        return conv_input_grad(g, _ones(c, k, d), xb.shape[2:], s, p, (1,) * nd,
+                               c).reshape(ctx.out_shape)
+    return run
+
+
+def _adaptive_weights(n: int, o: int, d: dtypes.DType) -> Var:
+    """``A [o, n]``: ``A[j, i] = 1 / len_j`` where input ``i`` is in adaptive window ``j``
+    (ATen's windows: ``[floor(j n / o), ceil((j + 1) n / o))``), else 0; from IOTAs."""
+    j = Var(b.iota((o, n), 0, d))
+    i = Var(b.iota((o, n), 1, d))
+    start = Var(b.unary(Op.FLOOR, (j * float(n) / float(o)).v))
+    end = Var(b.unary(Op.CEIL, ((j + 1.0) * float(n) / float(o)).v))
+    inside = and_(not_(i < start), i < end)
+    return inside.where((end - start).recip(), 0.0)
+
+
+def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
+    """The gradient of an adaptive average pool: per spatial dim, a product with the
+    window-membership matrix over each window's length (:func:`_adaptive_weights`);
+    small GEMMs, since windows of an adaptive pool may overlap and differ in size."""
+    def run(ctx: Ctx, grad: Var, x: Var) -> Var:
+        d = ctx.out_dtype
+        if 0 in grad.shape or 0 in x.shape:
+            return Var(const(0, d, ctx.out_shape))
+        g = grad.cast(d)
+        lead = g.ndim - nd
+        for k in range(nd):
+            ax = lead + k
+            n, o = x.shape[ax], g.shape[ax]
+            a = _adaptive_weights(n, o, d)  # [o, n]
+            perm = [*range(ax), *range(ax + 1, g.ndim), ax]
+            moved = g.permute(perm) @ a  # the pooled axis last, now of size n
+            inv = [perm.index(q) for q in range(g.ndim)]
+            g = moved.permute(inv)
+        return g
+    return run
+
+
+# One row per ATen op (overload packet).
+ROWS: dict[Any, Callable[..., Any]] = {
+    aten.avg_pool2d: _avg_pool(2),
+    aten.avg_pool3d: _avg_pool(3),
+    aten.avg_pool2d_backward: _avg_pool_backward(2),
+    aten.avg_pool3d_backward: _avg_pool_backward(3),
+    aten._adaptive_avg_pool2d_backward: _adaptive_avg_pool_backward(2),
+    aten._adaptive_avg_pool3d_backward: _adaptive_avg_pool_backward(3),
+}

@@ -1,0 +1,95 @@
+"""The convolution and pool programs of ``hologram_torch.lowering`` on every backend:
+the reference interpreter, the compiled CPU backend, WebGPU (lavapipe in CI; float32)
+and CUDA C (compiled to sm_90 by NVRTC, no GPU needed), against ``F.conv2d`` and
+``F.avg_pool2d``. They use no instruction of their own (views, CONCAT, element-wise
+ops, reductions, GEMM), so this checks that those renderers agree on them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import hologram as hg  # noqa: E402
+from hologram.backends import registry  # noqa: E402
+from hologram.isa import builder as b  # noqa: E402
+from hologram_torch.lowering.convolution import (  # noqa: E402
+    conv_input_grad,
+    conv_nd,
+    conv_weight_grad,
+)
+
+F = torch.nn.functional
+
+#: (input shape, weight shape, stride, padding, dilation, groups)
+CASES = {
+    "dense 3x3 pad": ((2, 4, 7, 6), (5, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    "strided grouped dilated": ((1, 4, 9, 8), (6, 2, 3, 2), (2, 1), (1, 2), (2, 1), 2),
+    "depthwise 5x5 s2": ((2, 3, 8, 8), (6, 1, 5, 5), (2, 2), (2, 2), (1, 1), 3),
+    "pointwise": ((1, 3, 5, 4), (2, 3, 1, 1), (1, 1), (0, 0), (1, 1), 1),
+}
+
+
+def _arrays(name: str, dtype: type) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    xs, ws, *_ = CASES[name]
+    rng = np.random.default_rng(sum(map(ord, name)))
+    x = rng.standard_normal(xs).astype(dtype)
+    x.reshape(-1)[3] = np.nan  # NaN stays in the windows that read it
+    return x, rng.standard_normal(ws).astype(dtype), rng.standard_normal(ws[0]).astype(dtype)
+
+
+def _want(name: str, x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    _, _, s, p, d, g = CASES[name]
+    return F.conv2d(torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias),
+                    s, p, d, g).numpy()
+
+
+def _forward(name: str, outs: tuple[int, ...]):
+    _, _, s, p, d, g = CASES[name]
+    return lambda x, w, bias: conv_nd(x, w, bias, s, p, d, g, outs)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_convolution_forward_and_backward_float64(backend, name):
+    xs, ws, s, p, d, g = CASES[name]
+    x, w, bias = _arrays(name, np.float64)
+    want = _want(name, x, w, bias)
+    got = hg.jit(_forward(name, want.shape[2:]), backend=backend)(x, w, bias)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # backward against autograd, on inputs without NaN
+    x = np.nan_to_num(x)
+    gy = np.random.default_rng(1).standard_normal(want.shape)
+    tx, tw = torch.from_numpy(x).requires_grad_(), torch.from_numpy(w).requires_grad_()
+    F.conv2d(tx, tw, None, s, p, d, g).backward(torch.from_numpy(gy))
+    dx = hg.jit(lambda gy, w: conv_input_grad(gy, w, xs[2:], s, p, d, g),
+                backend=backend)(gy, w)
+    dw = hg.jit(lambda gy, x: conv_weight_grad(gy, x, ws, s, p, d, g), backend=backend)(gy, x)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(dw, tw.grad.numpy(), rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.skipif(registry.why_unavailable("webgpu") is not None,
+                    reason=f"webgpu unavailable: {registry.why_unavailable('webgpu')}")
+@pytest.mark.parametrize("name", list(CASES))
+def test_convolution_on_webgpu_float32(name):
+    x, w, bias = _arrays(name, np.float32)
+    want = _want(name, x, w, bias)
+    got = hg.jit(_forward(name, want.shape[2:]), backend="webgpu")(x, w, bias)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_convolution_kernels_compile_for_cuda(name):
+    from hologram.compiler import nvrtc
+
+    if not nvrtc.available():
+        pytest.skip("NVRTC is not installed")
+    from .test_cuda_compile import compile_for_gpu
+
+    xs, ws, *_ = CASES[name]
+    x, w, bias = _arrays(name, np.float32)
+    outs = _want(name, x, w, bias).shape[2:]
+    p = b.program(_forward(name, outs), [("f32", xs), ("f32", ws), ("f32", (ws[0],))])
+    compile_for_gpu(p)
