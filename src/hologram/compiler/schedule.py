@@ -182,6 +182,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
         return ref
 
     users = users_of(program)
+    forced |= shared_recomputations(program, users, stored, forced)
     claimed: set[int] = set()  # values a GEMM result is already computed in place of
     attention: dict[tuple, AttentionPlan] = {}  # one step per attention computation
     written: dict[int, Value] = {}  # stored views an attention step writes in place
@@ -423,6 +424,49 @@ def step_operands(step: Step, sched: Schedule) -> list[Value]:
             continue
         stack.extend(x.srcs)
     return list(out.values())
+
+
+# An element-wise value read by several instructions is stored once, rather than
+# recomputed by each reader, when recomputing it reads at least this many full-size
+# buffers and it has at least this many elements (below that, a kernel launch costs
+# more than the reads it saves).
+SHARED_MIN_READS = 2
+SHARED_MIN_SIZE = 1 << 16
+# Groups a kernel computes inline from its operands; every other value has a buffer.
+_INLINED = ELEMENTWISE | {Group.MOVEMENT, Group.REDUCE, Group.CONCAT, Group.GATHER}
+
+
+def shared_recomputations(program: Program, users: dict[int, list[Value]],
+                          stored: dict[int, list[BufRef]], forced: set[int]) -> set[int]:
+    """Element-wise values to materialize because inlining would recompute them per reader.
+
+    Inlining is free for a value read once; a value with several readers is recomputed
+    by each, from every buffer its expression reads. A transformer's residual stream is
+    the case that matters: ``h[l+1] = h[l] + proj(...)`` is element-wise, so each layer
+    norm (itself three passes over its row) would recompute it from the outputs of every
+    earlier layer, traffic that grows with the square of the depth (GPT-2's layer norms
+    took more time than its attention). Storing such a value costs one write and one
+    read per reader; recomputing it costs a full-size read per buffer per reader, so
+    with two or more full-size buffers behind it storing never reads more. Small values
+    are left inline: there a kernel launch costs more than the reads. Bias vectors and
+    index arrays, much smaller than the value, are not counted as full-size reads.
+    """
+    leaves: dict[int, frozenset[Value]] = {}
+    chosen: set[int] = set()
+    for v in program.instructions:
+        if v.op is Op.STG:
+            continue
+        if group(v.op) not in _INLINED or id(v) in forced or id(v) in stored:
+            leaves[id(v)] = frozenset([v])
+            continue
+        deps = frozenset().union(*(leaves.get(id(s), frozenset()) for s in v.srcs))
+        if (group(v.op) in ELEMENTWISE and v.size >= SHARED_MIN_SIZE
+                and len(users.get(id(v), [])) >= 2
+                and sum(4 * leaf.size >= v.size for leaf in deps) >= SHARED_MIN_READS):
+            chosen.add(id(v))
+            deps = frozenset([v])
+        leaves[id(v)] = deps
+    return chosen
 
 
 def users_of(program: Program) -> dict[int, list[Value]]:
