@@ -228,35 +228,20 @@ def inference_table(rep: Report, name: str, batch: int, repeat: int,
     torch._dynamo.reset()
 
 
-def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
-    """A GPT-2 124M training step: forward with labels, backward, AdamW."""
+def _training_rows(rep: Report, repeat: int, title: str,
+                   make_step: Callable[[str], Callable[[], Any]]) -> None:
+    """One training-step table: ``make_step(backend)`` builds a fresh model, its optimizer
+    and a step returning the loss; the first step is timed cold, its loss compared with
+    eager's, then the steps are timed interleaved and settled."""
     import torch
 
-    title = f"gpt2 training step (forward, backward, AdamW), batch {batch}, seq {SEQ}"
     t = rep.table(title, baseline="eager", unit="ms", extra_cols=("first call s", "loss err"))
-    _, make_inputs = build("gpt2")
-    ids = make_inputs(batch)["input_ids"]
     steps: dict[str, Candidate] = {}
     failed: dict[str, str] = {}
     ref_loss = None
     for backend in ("eager", "inductor", "hologram"):
         try:
-            model, _ = build("gpt2")
-            model.train()
-            model.config.attn_pdrop = model.config.resid_pdrop = model.config.embd_pdrop = 0.0
-            for m in model.modules():
-                if isinstance(m, torch.nn.Dropout):
-                    m.p = 0.0
-            fn = compiled(model, backend)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-            def step(fn=fn, opt=opt) -> Any:
-                opt.zero_grad(set_to_none=True)
-                loss = fn(input_ids=ids, labels=ids).loss
-                loss.backward()
-                opt.step()
-                return loss.detach()
-
+            step = make_step(backend)
             t0 = time.perf_counter()
             loss = step()
             first = time.perf_counter() - t0
@@ -272,47 +257,58 @@ def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
     torch._dynamo.reset()
 
 
+def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
+    """A GPT-2 124M training step: forward with labels, backward, AdamW."""
+    import torch
+
+    ids = build("gpt2")[1](batch)["input_ids"]
+
+    def make_step(backend: str) -> Callable[[], Any]:
+        model, _ = build("gpt2")
+        model.train()
+        model.config.attn_pdrop = model.config.resid_pdrop = model.config.embd_pdrop = 0.0
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+        fn = compiled(model, backend)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step() -> Any:
+            opt.zero_grad(set_to_none=True)
+            loss = fn(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    _training_rows(rep, repeat, f"gpt2 training step (forward, backward, AdamW), batch "
+                   f"{batch}, seq {SEQ}", make_step)
+
+
 def cnn_training_table(rep: Report, repeat: int, batch: int = 8, size: int = 112) -> None:
     """A ResNet-18 training step: forward (batch norm in training mode, its running
     statistics updated), cross-entropy, backward, SGD with momentum."""
     import torch
 
-    title = (f"resnet18 training step (forward, backward, SGD momentum), batch {batch}, "
-             f"{size}x{size}")
-    t = rep.table(title, baseline="eager", unit="ms", extra_cols=("first call s", "loss err"))
-    _, make_inputs = build_cnn("resnet18")
-    x = make_inputs(batch, size)["x"]
+    x = build_cnn("resnet18")[1](batch, size)["x"]
     y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(0))
-    steps: dict[str, Candidate] = {}
-    failed: dict[str, str] = {}
-    ref_loss = None
-    for backend in ("eager", "inductor", "hologram"):
-        try:
-            model, _ = build_cnn("resnet18")
-            model.train()
-            fn = compiled(model, backend)
-            opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
-            def step(fn=fn, opt=opt) -> Any:
-                opt.zero_grad(set_to_none=True)
-                loss = torch.nn.functional.cross_entropy(fn(x), y)
-                loss.backward()
-                opt.step()
-                return loss.detach()
+    def make_step(backend: str) -> Callable[[], Any]:
+        model, _ = build_cnn("resnet18")
+        model.train()
+        fn = compiled(model, backend)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
-            t0 = time.perf_counter()
-            loss = step()
-            first = time.perf_counter() - t0
-            if ref_loss is None:
-                ref_loss = loss
-            err = abs(loss.item() - ref_loss.item()) / abs(ref_loss.item())
-            steps[backend] = Candidate(step, extra={"first call s": f"{first:.1f}",
-                                                    "loss err": f"{err:.1e}"})
-        except Exception as e:  # noqa: BLE001
-            failed[backend] = f"{type(e).__name__}: {str(e)[:300]}"
-    add_interleaved(t, steps, repeat=repeat, failed=failed)
-    check_ahead(rep, t, title)
-    torch._dynamo.reset()
+        def step() -> Any:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(fn(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    _training_rows(rep, repeat, f"resnet18 training step (forward, backward, SGD momentum), "
+                   f"batch {batch}, {size}x{size}", make_step)
 
 
 #: (M, K, N) of the models' ``x @ W.T`` products at batch 1 and 8, seq 128: BERT/GPT-2/
