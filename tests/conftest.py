@@ -42,3 +42,17 @@ except ImportError:  # torch not installed: the torch tests skip themselves
     pass
 else:
     import_torchvision()
+
+
+@pytest.fixture(scope="module")
+def webgpu_ex():
+    """A webgpu executor for the module's tests (closed after them); they skip where
+    wgpu finds no adapter, saying why."""
+    import hologram as hg
+    from hologram.backends import registry
+
+    reason = registry.why_unavailable("webgpu")
+    if reason is not None:
+        pytest.skip(f"webgpu unavailable: {reason}")
+    with hg.Executor("webgpu") as e:
+        yield e

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hologram as hg
-from hologram.backends import registry
 from hologram.backends.reference import evaluate
 from hologram.compiler import nvrtc
 from hologram.compiler.lower import lower
@@ -158,15 +157,9 @@ def test_cpu_gemm_nan_stays_in_its_matrix_row_and_column():
 
 
 # --- WebGPU -----------------------------------------------------------------------------------
-WGPU_REASON = registry.why_unavailable("webgpu")
-
-
 @pytest.fixture(scope="module")
-def wg():
-    if WGPU_REASON is not None:
-        pytest.skip(f"webgpu unavailable: {WGPU_REASON}")
-    with hg.Executor("webgpu") as e:
-        yield e
+def wg(webgpu_ex: hg.Executor) -> hg.Executor:
+    return webgpu_ex
 
 
 WGPU_CASES = {

@@ -21,7 +21,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hologram as hg
-from hologram.backends import registry
 from hologram.backends.reference import evaluate
 from hologram.compiler import aliasing, nvrtc
 from hologram.compiler.lower import lower
@@ -536,15 +535,9 @@ def test_cuda_kernels_compile_for_sm90(idt):
             assert "hg_index_fail(" in source and "hg_index_error" in source
 
 
-WGPU_REASON = registry.why_unavailable("webgpu")
-
-
 @pytest.fixture(scope="module")
-def wg():
-    if WGPU_REASON is not None:
-        pytest.skip(f"webgpu unavailable: {WGPU_REASON}")
-    with hg.Executor("webgpu") as e:
-        yield e
+def wg(webgpu_ex: hg.Executor) -> hg.Executor:
+    return webgpu_ex
 
 
 def _inputs_for(p: Program, rng: np.random.Generator) -> list[np.ndarray]:
