@@ -29,7 +29,6 @@ from ..isa.dtypes import f32 as F32
 from ..isa.opcodes import Op
 from ..isa.value import Value, contiguous_strides
 from .attention import operands
-from .render_c import ZERO, Expr, Scope
 from .schedule import AttentionPlan, BufRef
 
 # --------------------------------------------------------------------------------- WGSL
@@ -486,18 +485,9 @@ def _cuda_loader(r: Any, fn: str, operand: Value, batch: tuple[int, ...]) -> str
     its view chain by the C emitter (a device function, in the operand's C type)."""
     r.pointers, r.pointer_decls = {}, []
     r.row, r.row_cands, r.computing = None, {}, set()
-    top = Scope("kernel", None, None)
-    s0 = Scope("outer", "gb", top)
-    s1 = Scope("outer", "gr", s0)
-    s2 = Scope("inner", "gc", s1)
-    gbv = frozenset({"gb"})
-    idx = [ZERO if size == 1 else
-           Expr("gb" if len(batch) == 1 else f"(gb / {st} % {size})", gbv)
-           for size, st in zip(batch, r.strides(batch), strict=True)]
-    idx += [Expr("gr", frozenset({"gr"})), Expr("gc", frozenset({"gc"}))]
-    x = r.emit(operand, tuple(idx), s2, False)
+    x, lines = r.matrix_element(operand, batch)
     t = r.ctype(operand.dtype)
-    body = r.pointer_decls + top.lines + s0.lines + s1.lines + s2.lines
+    body = r.pointer_decls + lines
     return (f"__device__ __forceinline__ {t} {fn}(const HgArgs &B, int64_t gb, int64_t gr, "
             f"int64_t gc) {{\n" + "".join(f"  {ln}\n" for ln in body)
             + f"  return ({t})({x.code});\n}}")

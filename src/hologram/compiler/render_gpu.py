@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..isa.value import Value
-from .render_c import CRenderer, Expr, Scope
+from .render_c import ZERO, CRenderer, Expr, Scope
 from .schedule import KernelPlan
 
 
@@ -31,6 +31,23 @@ class GPURenderer(CRenderer):
     LOOPS: ClassVar[dict[str, str]] = {}
     #: the condition true in one thread of a block
     FIRST_THREAD: ClassVar[str] = ""
+
+    def matrix_element(self, operand: Value, batch: tuple[int, ...]) -> tuple[Expr, list[str]]:
+        """Element (gr, gc) of matrix ``gb`` (the flat batch index over ``batch``) of a
+        GEMM or attention operand, read through its view chain by the fused-kernel
+        emitter: the expression, and the lines that compute it. Each dialect wraps them
+        in a loader function of its own."""
+        top = Scope("kernel", None, None)
+        s0 = Scope("outer", "gb", top)
+        s1 = Scope("outer", "gr", s0)
+        s2 = Scope("inner", "gc", s1)
+        gb = frozenset({"gb"})
+        idx = [ZERO if size == 1 else
+               Expr("gb" if len(batch) == 1 else f"(gb / {st} % {size})", gb)
+               for size, st in zip(batch, self.strides(batch), strict=True)]
+        idx += [Expr("gr", frozenset({"gr"})), Expr("gc", frozenset({"gc"}))]
+        x = self.emit(operand, tuple(idx), s2, False)
+        return x, top.lines + s0.lines + s1.lines + s2.lines
 
     def loop(self, var: str, count: int, parallel: bool, simd: bool, role: str = "flat",
              work: int | None = None) -> str:

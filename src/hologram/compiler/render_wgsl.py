@@ -46,7 +46,7 @@ from ..isa.dtypes import f32 as F32
 from ..isa.opcodes import MATH_UNARY, SPECIAL, Group, Op, group
 from ..isa.value import Value
 from . import attention_gpu, special_math
-from .render_c import ZERO, Expr, Scope
+from .render_c import Expr, Scope
 from .render_gpu import GPURenderer
 from .schedule import AttentionPlan, BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
 
@@ -1102,17 +1102,7 @@ fn {name}(@builtin(local_invocation_id) hg_lid: vec3<u32>,
     def _gemm_loader(self, fn: str, operand: Value, batch: tuple[int, ...]) -> str:
         """``fn(gb, gr, gc)``: element (gr, gc) of matrix ``gb`` (the flat batch index)
         of a GEMM operand, read through its view chain by the fused-kernel emitter."""
-        top = Scope("kernel", None, None)
-        s0 = Scope("outer", "gb", top)
-        s1 = Scope("outer", "gr", s0)
-        s2 = Scope("inner", "gc", s1)
-        gb = frozenset({"gb"})
-        idx = [ZERO if size == 1 else
-               Expr("gb" if len(batch) == 1 else f"(gb / {st} % {size})", gb)
-               for size, st in zip(batch, self.strides(batch), strict=True)]
-        idx += [Expr("gr", frozenset({"gr"})), Expr("gc", frozenset({"gc"}))]
-        x = self.emit(operand, tuple(idx), s2, False)
-        body = top.lines + s0.lines + s1.lines + s2.lines
+        x, body = self.matrix_element(operand, batch)
         return (f"fn {fn}(gb: i32, gr: i32, gc: i32) -> f32 {{\n"
                 + "".join(f"  {ln}\n" for ln in body)
                 + f"  return f32({x.code});\n}}")
