@@ -47,10 +47,10 @@ def test_narrow_columns_split_in_two_blocks_when_threaded():
     one block read by one thread; small ones stay one block."""
     src = hologram.jit(lambda v: v.sum(axis=0, keepdims=True)).explain(
         np.ones((512, 128), np.float32))
-    assert "o0 = ob * 64" in src and "omp parallel" in src
+    assert "o0 = ob * 64" in src and "hg_par(k0_chunk" in src
     src = hologram.jit(lambda v: v.sum(axis=0, keepdims=True)).explain(
         np.ones((16, 128), np.float32))
-    assert "o0 = ob * 256" in src and "omp parallel" not in src
+    assert "o0 = ob * 256" in src and "hg_par(k0_chunk" not in src
 
 
 def test_integer_column_sum():

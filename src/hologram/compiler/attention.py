@@ -25,7 +25,7 @@ permuted q/k/v from a model (``[B, L, H, E]`` memory viewed as ``[B, H, L, E]``)
 BLAS matrix with a leading dimension and batch strides, a GQA expand is a stride-0
 batch axis. An operand BLAS cannot read (neither of its last two axes unit-stride)
 is copied first (``NeedsMaterialize``). The step calls the driver with a constant
-descriptor, like a GEMM step (``compiler/blas.py``): threads are hologram's OpenMP
+descriptor, like a GEMM step (``compiler/blas.py``): threads are hologram's team
 threads, each calling single-threaded BLAS (the GEMM driver's thread guard); without
 NumPy's OpenBLAS the same driver uses its own plain C products.
 """
@@ -329,40 +329,40 @@ static void hg_bwd_$S(const hg_attn_desc *d, void *const *P, int64_t b, $T *pb, 
   }
 }
 
+typedef struct { const hg_attn_desc *d; void *const *P; int64_t per_b; } hg_attn_ctx_$S;
+
+/* Tasks t0..t1 on team thread `tid`, in that thread's block of the scratch. */
+static void hg_attn_chunk_$S(void *ctx, int64_t t0, int64_t t1, int tid) {
+  const hg_attn_ctx_$S *x = (const hg_attn_ctx_$S *)ctx;
+  const hg_attn_desc *d = x->d;
+  void *const *P = x->P;
+  const int64_t bq = d->bq, L = d->L, per_b = x->per_b;
+  $T *mine = ($T *)P[HG_SCR] + tid * d->scratch;
+  for (int64_t t = t0; t < t1; t++) {
+    const int64_t b = t / per_b;
+    if (d->backward) {
+      hg_bwd_$S(d, P, b, mine, mine + bq * d->bk, mine + 2 * bq * d->bk);
+    } else {
+      const int64_t m0 = (t % per_b) * bq;
+      const int64_t n = bq < L - m0 ? bq : L - m0;
+      hg_fwd_$S(d, P, b, m0, n, mine, mine + bq * d->bk, mine + bq * (d->bk + d->Ev),
+                mine + bq * (d->bk + d->Ev + 1));
+    }
+  }
+}
+
 static void hg_attn_$S(const hg_attn_desc *d, void *const *P) {
-  const int64_t bq = d->bq, L = d->L;
-  const int64_t per_b = d->backward ? 1 : (L + bq - 1) / bq;
+  const int64_t per_b = d->backward ? 1 : (d->L + d->bq - 1) / d->bq;
   const int64_t total = d->nb * per_b;
-  const double flops = 4.0 * (double)d->nb * (double)L * (double)d->S
+  const double flops = 4.0 * (double)d->nb * (double)d->L * (double)d->S
                        * (double)(d->E + d->Ev) * (d->backward ? 2.0 : 1.0);
   int64_t nt = 1;
-#ifdef _OPENMP
   if (flops >= HG_ATTN_PAR_FLOPS) nt = HG_NT;
-#endif
   if (nt > d->threads) nt = d->threads;  /* the scratch holds this many threads' blocks */
   if (nt > total) nt = total;
   if (nt < 1) nt = 1;
-  $T *scratch = ($T *)P[HG_SCR];
-#pragma omp parallel num_threads(nt) if(nt > 1)
-  {
-    int64_t tid = 0;
-#ifdef _OPENMP
-    tid = omp_get_thread_num();
-#endif
-    $T *mine = scratch + tid * d->scratch;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < total; t++) {
-      const int64_t b = t / per_b;
-      if (d->backward) {
-        hg_bwd_$S(d, P, b, mine, mine + bq * d->bk, mine + 2 * bq * d->bk);
-      } else {
-        const int64_t m0 = (t % per_b) * bq;
-        const int64_t n = bq < L - m0 ? bq : L - m0;
-        hg_fwd_$S(d, P, b, m0, n, mine, mine + bq * d->bk, mine + bq * (d->bk + d->Ev),
-                  mine + bq * (d->bk + d->Ev + 1));
-      }
-    }
-  }
+  hg_attn_ctx_$S x = {d, P, per_b};
+  hg_par_nt(hg_attn_chunk_$S, &x, total, 1, nt);  /* one task per claim (dynamic) */
 }
 """)
 

@@ -80,6 +80,12 @@ typedef void (*hg_gemm_fn)(const hg_gemm_desc *, const void *, const void *, voi
 PARALLEL_MIN_FLOPS = 1 << 20
 #: Tiles thinner than this many rows (or columns) make BLAS's packing dominate.
 MIN_TILE = 16
+#: Tiles the thread team hands out per thread for a product that is not already cut
+#: into many (a batch): with one tile per thread, a thread the OS starts late makes the
+#: others wait for its whole half (issue 21); more tiles let them take its share.
+TILES_PER_THREAD = 4
+#: ... but only where each of those tiles keeps this many rows (or columns).
+SPLIT_TILE = 64
 #: Packed copies of B (MKL) pay from 2 rows up: at 1 row (a matrix-vector product) the
 #: packed product ran slower than the plain one (84 against 148 GFLOP/s, 1 x 768 x 768,
 #: two threads), at 2 rows faster (225 against 207), at 4 rows 343 against 235
@@ -201,9 +207,16 @@ static int64_t hg_threads_for(const hg_gemm_desc *d) {
 
 /* An element-wise epilogue over rows 0..R, after column tiles (no row is complete
    before every tile has run). */
+typedef struct { hg_epilogue_fn epi; void **table; } hg_epi_ctx;
+static void hg_epi_chunk(void *ctx, int64_t lo, int64_t hi, int tid) {
+  const hg_epi_ctx *x = (const hg_epi_ctx *)ctx;
+  (void)tid;
+  x->epi(x->table, lo, hi);
+}
 static void hg_epilogue_after(hg_epilogue_fn epi, void **table, int64_t R, int64_t nt) {
-#pragma omp parallel for num_threads(nt) schedule(static) if(nt > 1 && R > 1)
-  for (int64_t t = 0; t < nt; t++) epi(table, R * t / nt, R * (t + 1) / nt);
+  hg_epi_ctx x = {epi, table};
+  int64_t parts = nt * HG_TILES_PER_THREAD;  /* rows in chunks the team hands out */
+  hg_par_nt(hg_epi_chunk, &x, R, (R + parts - 1) / parts, nt);
 }
 
 /* --- packed B (MKL) -----------------------------------------------------------------
@@ -283,25 +296,70 @@ static int hg_pack_matches(const hg_gemm_desc *d, const hg_packed *p) {
          && p->ldb == d->ldb && p->tiles >= 1 && p->tiles <= HG_PACK_MAX_TILES;
 }
 
-static void hg_gemm_packed(const hg_gemm_desc *d, const void *A, const hg_packed *p, void *C,
-                           hg_epilogue_fn epi, void **table) {
-  const int64_t es = d->f64 ? 8 : 4, tiles = p->tiles;
-  const char *a = (const char *)A + d->oa * es;
-  char *c0 = (char *)C + d->oc * es;
-  const int64_t ta = d->ta ? 112 : 111;
-  hg_enter();
-#pragma omp parallel for num_threads(HG_NT) schedule(static) if(tiles > 1)
-  for (int64_t t = 0; t < tiles; t++) {
+typedef struct { const hg_gemm_desc *d; const char *a; const hg_packed *p; char *c0; } hg_pk_ctx;
+static void hg_packed_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
+  const hg_pk_ctx *x = (const hg_pk_ctx *)ctx;
+  const hg_gemm_desc *d = x->d;
+  const int64_t es = d->f64 ? 8 : 4, tiles = x->p->tiles, ta = d->ta ? 112 : 111;
+  (void)tid;
+  for (int64_t t = t0; t < t1; t++) {
     int64_t lo = d->n * t / tiles, hi = d->n * (t + 1) / tiles;
-    const char *b = (const char *)p + p->off[t];
-    char *c = c0 + lo * es;
+    const char *b = (const char *)x->p + x->p->off[t];
+    char *c = x->c0 + lo * es;
     if (d->f64) ((dcompute_t)hg_compute[1])(101, ta, 151, d->m, hi - lo, d->k,  /* Packed */
-        (const double *)a, d->lda, (const double *)b, d->ldb, 0.0, (double *)c, d->ldc);
-    else ((scompute_t)hg_compute[0])(101, ta, 151, d->m, hi - lo, d->k, (const float *)a,
+        (const double *)x->a, d->lda, (const double *)b, d->ldb, 0.0, (double *)c, d->ldc);
+    else ((scompute_t)hg_compute[0])(101, ta, 151, d->m, hi - lo, d->k, (const float *)x->a,
         d->lda, (const float *)b, d->ldb, 0.0f, (float *)c, d->ldc);
   }
+}
+
+static void hg_gemm_packed(const hg_gemm_desc *d, const void *A, const hg_packed *p, void *C,
+                           hg_epilogue_fn epi, void **table) {
+  const int64_t es = d->f64 ? 8 : 4;
+  hg_pk_ctx x = {d, (const char *)A + d->oa * es, p, (char *)C + d->oc * es};
+  hg_enter();
+  hg_par_nt(hg_packed_chunk, &x, p->tiles, 1, HG_NT);
   hg_leave();
-  if (epi) hg_epilogue_after(epi, table, d->m, tiles);
+  if (epi) hg_epilogue_after(epi, table, d->m, HG_NT);
+}
+
+typedef struct {
+  const hg_gemm_desc *d;
+  const char *a0, *b0;
+  char *c0;
+  int64_t per, len;
+  int rows;
+  hg_epilogue_fn epi;
+  void **table;
+} hg_tiles_ctx;
+
+/* Tiles t0..t1: product t / per, its rows (or columns) part t % per. */
+static void hg_tiles_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
+  const hg_tiles_ctx *x = (const hg_tiles_ctx *)ctx;
+  const hg_gemm_desc *d = x->d;
+  const int64_t es = d->f64 ? 8 : 4, per = x->per, len = x->len;
+  (void)tid;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t bi = t / per, r = t % per, rest = bi, oa = 0, ob = 0, oc = 0;
+    for (int i = d->nbd - 1; i >= 0; i--) {
+      int64_t v = rest % d->bshape[i];
+      rest /= d->bshape[i];
+      oa += v * d->bsa[i]; ob += v * d->bsb[i]; oc += v * d->bsc[i];
+    }
+    int64_t lo = len * r / per, hi = len * (r + 1) / per;
+    const char *a = x->a0 + oa * es, *b = x->b0 + ob * es;
+    char *c = x->c0 + oc * es;
+    if (x->rows) {  /* rows lo..hi of A (row i of A^T is column i of the stored matrix) */
+      a += (d->ta ? lo : lo * d->lda) * es;
+      c += lo * d->ldc * es;
+      hg_call(d, hi - lo, d->n, a, b, c);
+      if (x->epi) x->epi(x->table, bi * d->m + lo, bi * d->m + hi);  /* tile in cache */
+    } else {  /* columns lo..hi of B and C */
+      b += (d->tb ? lo * d->ldb : lo) * es;
+      c += lo * es;
+      hg_call(d, d->m, hi - lo, a, b, c);
+    }
+  }
 }
 
 void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_epilogue_fn epi,
@@ -312,39 +370,22 @@ void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_ep
     return;
   }
   const int64_t es = d->f64 ? 8 : 4;
-  const char *a0 = (const char *)A + d->oa * es, *b0 = (const char *)B + d->ob * es;
-  char *c0 = (char *)C + d->oc * es;
   const int64_t nt = hg_threads_for(d);
-  /* Tiles along the longer side of each product; nb * per a multiple of nt (balance). */
+  /* Tiles along the longer side of each product; nb * per a multiple of nt (balance),
+     HG_TILES_PER_THREAD per thread where tiles stay HG_SPLIT_TILE wide, so a thread
+     that starts late leaves its share to the others rather than a whole half. */
   const int rows = d->m >= d->n;
   const int64_t len = rows ? d->m : d->n;
   int64_t per = nt / hg_gcd(d->nb, nt);
+  if (nt > 1 && d->nb * per < nt * HG_TILES_PER_THREAD
+      && len / (per * HG_TILES_PER_THREAD) >= HG_SPLIT_TILE)
+    per *= HG_TILES_PER_THREAD;
   if (per > len / HG_MIN_TILE) per = len / HG_MIN_TILE;
   if (per < 1) per = 1;
-  const int64_t total = d->nb * per;
+  hg_tiles_ctx x = {d, (const char *)A + d->oa * es, (const char *)B + d->ob * es,
+                    (char *)C + d->oc * es, per, len, rows, epi, table};
   hg_enter();
-#pragma omp parallel for num_threads(nt) schedule(static) if(nt > 1 && total > 1)
-  for (int64_t t = 0; t < total; t++) {
-    int64_t bi = t / per, r = t % per, rest = bi, oa = 0, ob = 0, oc = 0;
-    for (int i = d->nbd - 1; i >= 0; i--) {
-      int64_t x = rest % d->bshape[i];
-      rest /= d->bshape[i];
-      oa += x * d->bsa[i]; ob += x * d->bsb[i]; oc += x * d->bsc[i];
-    }
-    int64_t lo = len * r / per, hi = len * (r + 1) / per;
-    const char *a = a0 + oa * es, *b = b0 + ob * es;
-    char *c = c0 + oc * es;
-    if (rows) {  /* rows lo..hi of A (row i of A^T is column i of the stored matrix) */
-      a += (d->ta ? lo : lo * d->lda) * es;
-      c += lo * d->ldc * es;
-      hg_call(d, hi - lo, d->n, a, b, c);
-      if (epi) epi(table, bi * d->m + lo, bi * d->m + hi);  /* while the tile is in cache */
-    } else {  /* columns lo..hi of B and C */
-      b += (d->tb ? lo * d->ldb : lo) * es;
-      c += lo * es;
-      hg_call(d, d->m, hi - lo, a, b, c);
-    }
-  }
+  hg_par_nt(hg_tiles_chunk, &x, d->nb * per, 1, nt);
   hg_leave();
   if (epi && !rows) hg_epilogue_after(epi, table, d->nb * d->m, nt);
 }
@@ -623,7 +664,9 @@ def _runtime_lib(cc: Any) -> Any:
     if blas is None or cc is None:
         return None
     defines = (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
-               f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n")
+               f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n"
+               f"#define HG_TILES_PER_THREAD {TILES_PER_THREAD}\n"
+               f"#define HG_SPLIT_TILE {SPLIT_TILE}\n")
     from .cc import CompileError
 
     try:

@@ -112,6 +112,24 @@ THREADS_C = "\n".join([
     "#else",
     "#define HG_NT 1",
     "#endif",
+    "typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);",
+    "typedef void (*hg_team_fn)(hg_chunk_fn, void *, int64_t, int64_t, int);",
+    "hg_team_fn hg_team = 0; /* compiler/team.py's hg_team_run, set when loaded */",
+    "/* fn(ctx, lo, hi, tid) over 0..n in chunks of `chunk`, on hologram's thread team */",
+    "static inline void hg_par_nt(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk,",
+    "                             int64_t nt) {",
+    "  if (hg_team && nt > 1 && n > chunk) hg_team(fn, ctx, n, chunk, (int)nt);",
+    "  else if (n > 0) fn(ctx, 0, n, 0);",
+    "}",
+    "static inline void hg_par(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk) {",
+    "  hg_par_nt(fn, ctx, n, chunk, HG_NT);",
+    "}",
+    "/* hg_par for a chunk function that needs each call to be one whole chunk",
+    "   (it stores a partial per chunk): on one thread too, chunk by chunk */",
+    "static inline void hg_par_chunks(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk) {",
+    "  if (hg_team && HG_NT > 1 && n > chunk) { hg_team(fn, ctx, n, chunk, HG_NT); return; }",
+    "  for (int64_t lo = 0; lo < n; lo += chunk) fn(ctx, lo, lo + chunk < n ? lo + chunk : n, 0);",
+    "}",
     "",
 ])
 
@@ -454,7 +472,24 @@ class CCompiler:
                     _guard_fork(lib)
                     threads.apply(lib)
                 _LOADED[key] = lib
+                fresh = True
+            else:
+                fresh = False
+        if fresh:  # outside the lock: the team's own library is compiled through here
+            _bind_team(self, lib)
         return lib
+
+
+def _bind_team(cc: CCompiler, lib: ctypes.CDLL) -> None:
+    """Point a kernel library's ``hg_team`` at the process's one thread team
+    (``compiler/team.py``); a library without parallel loops has no such pointer."""
+    try:
+        slot = ctypes.c_void_p.in_dll(lib, "hg_team")
+    except ValueError:
+        return
+    from . import team
+
+    slot.value = team.runtime(cc)
 
 
 _FOUND: dict[tuple[str | None, str | None], CCompiler | None] = {}

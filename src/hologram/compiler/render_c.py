@@ -149,8 +149,26 @@ def dynamic_chunk(count: int, work: int | None, simd: bool) -> int:
     return min(chunk, max(count, 1))
 
 
+@dataclass(frozen=True)
+class TeamLoop:
+    """A kernel's parallel loop, rendered first as ``token``: ``kernel()`` makes it the
+    thread team's chunk loop or puts OpenMP's ``pragma`` back."""
+
+    token: str
+    var: str
+    count: int
+    chunk: int
+    simd: bool
+    pragma: str
+
+
 class CRenderer(IndexKernels):
-    """C for the CPU backend: OpenMP threads across rows, SIMD within them."""
+    """C for the CPU backend: hologram's thread team (or OpenMP) across rows, SIMD
+    within them."""
+
+    #: Parallel loops run on hologram's thread team where the kernel allows (GPU
+    #: dialects map loops to the grid instead).
+    team = True
 
     suffix = {"f32": "f", "f64": ""}
     parallel_min_work = PARALLEL_MIN_WORK
@@ -452,6 +470,14 @@ class CRenderer(IndexKernels):
             lines.append(f"int {nan} = 0;")
             clauses += f" reduction(|:{nan})"
         has_nan = v.op in (Op.RMAX, Op.RMIN) and is_float
+        if (parallel and self.team_loops is not None and self.row_len is None
+                and not any("for (" in ln or "#pragma" in ln for ln in home.lines)):
+            home.lines.extend(self.team_phase(v.op, d, wide, acc, nan if has_nan else None,
+                                              r, count, clauses, body, x, list(home.lines)))
+            result = f"(({self.ctype(d)}){acc})"
+            if has_nan:
+                result = f"({nan} ? ({self.ctype(d)})NAN : ({self.ctype(d)}){acc})"
+            return self.bind(result, d, kept, home, key)
         lines += self.phase_head(r, count, clauses, parallel)
         lines += ["  " + ln for ln in body.lines]
         lines.append("  " + step(acc, x.code))
@@ -466,6 +492,47 @@ class CRenderer(IndexKernels):
         e = Expr(result, kept)
         out = self.bind(e.code, d, kept, home, key)
         return out
+
+    def team_phase(self, op: Op, d: DType, wide: str, acc: str, nan: str | None, r: str,
+                   count: int, clauses: str, body: Scope, x: Expr,
+                   setup: list[str]) -> list[str]:
+        """A whole-array reduction on the thread team: a chunk function (rendered by
+        ``kernel()`` once the pointers are known) writes each fixed chunk's partial into
+        an array, which the kernel combines in chunk order, so the result is the same
+        for every thread count and for whichever thread ran a chunk. ``setup``: the
+        kernel's lines before the phase (no loops), which the chunk function repeats."""
+        init, step, _ = self.REDUCE_RULES[op]
+        chunk = dynamic_chunk(count, None, True)
+        n_chunks = -(-count // chunk)
+        fn = f"{self.kernel_name}_r{len(self.team_phases)}"
+        part, nans = f"{acc}_part", f"{nan}_part"
+        lines = [f"{wide} {acc} = {init(d, self)};"]
+        if nan is not None:
+            lines.append(f"int {nan} = 0;")
+        lines += [f"#pragma omp simd {clauses}",
+                  f"for (int64_t {r} = lo; {r} < hi; {r}++) {{"]
+        lines += ["  " + ln for ln in body.lines]
+        lines.append("  " + step(acc, x.code))
+        if nan is not None:
+            lines.append(f"  {nan} |= ({x.code} != {x.code});")
+        lines += ["}", f"(({wide} *)((void **)ctx)[1])[lo / {chunk}] = {acc};"]
+        if nan is not None:
+            lines.append(f"((int *)((void **)ctx)[2])[lo / {chunk}] = {nan};")
+        self.team_phases.append((fn, setup + lines))
+        out = [f"{wide} {part}[{n_chunks}];"]
+        if nan is not None:
+            out.append(f"int {nans}[{n_chunks}];")
+        out += [f"void *{acc}_ctx[3] = {{(void *)B, {part}, "
+                f"{nans if nan is not None else 'NULL'}}};",
+                f"hg_par_chunks({fn}, {acc}_ctx, {count}, {chunk});",
+                f"{wide} {acc} = {init(d, self)};"]
+        if nan is not None:
+            out.append(f"int {nan} = 0;")
+        out += [f"for (int64_t {r} = 0; {r} < {n_chunks}; {r}++) {{",
+                f"  {step(acc, f'{part}[{r}]')}"]
+        if nan is not None:
+            out.append(f"  {nan} |= {nans}[{r}];")
+        return out + ["}"]
 
     def phase_head(self, r: str, count: int, clauses: str, parallel: bool) -> list[str]:
         """The loop over a reduction's axes: SIMD lanes, and threads when it is alone."""
@@ -494,6 +561,9 @@ class CRenderer(IndexKernels):
         self.pointer_decls: list[str] = []
         self.row: dict | None = None
         self.row_cands: dict[tuple, dict] = {}
+        self.team_loops: list[TeamLoop] | None = [] if self.team else None
+        self.team_phases: list[tuple[str, list[str]]] = []  # see team_phase()
+        self.kernel_name = k.name
         v, _ = k.sinks[0]
         heavy = any(x.op in MATH_OPS for s, _ in k.all_sinks for x in s.walk())
         self.parallel_min_work = PARALLEL_MIN_WORK_MATH if heavy else PARALLEL_MIN_WORK
@@ -526,13 +596,46 @@ class CRenderer(IndexKernels):
                                  "but is not one flat loop")
         else:
             body = self.nested_kernel(c, k, top)
-        lines = [self.signature(k.name) + " {"]
-        lines += ["  " + ln for ln in self.pointer_decls + top.lines + body]
-        lines.append("}")
-        text = "\n".join(lines)
+        text = self.team_kernel(k.name, top, body)
+        if text is None:
+            lines = [self.signature(k.name) + " {"]
+            lines += ["  " + ln for ln in self.pointer_decls + top.lines + body]
+            lines.append("}")
+            text = "\n".join(lines)
+            for t in self.team_loops or ():
+                text = text.replace(t.token, t.pragma)
+        for fn, fn_lines in reversed(self.team_phases):  # defined before their caller
+            head = [f"static void {fn}(void *ctx, int64_t lo, int64_t hi, int tid) {{",
+                    "  void **B = (void **)((void **)ctx)[0];", "  (void)tid;"]
+            text = "\n".join(head + ["  " + ln for ln in self.pointer_decls + fn_lines]
+                             + ["}", text])
         for cand in self.row_cands.values():
             text = text.replace(cand["token"], cand["store"] if cand["used"] else "")
         return text
+
+    def team_kernel(self, name: str, top: Scope, body: list[str]) -> str | None:
+        """The kernel as a chunk function the thread team (``compiler/team.py``) runs
+        over its parallel loop, and the entry point that hands it to the team; None
+        when the kernel is not one parallel loop with only cheap set-up before it (a
+        loop before it, e.g. a whole-array reduction the loop reads, would run once
+        per chunk), and it stays an OpenMP region."""
+        loops = self.team_loops or []
+        if (len(loops) != 1 or self.row_len is not None or not body
+                or not body[0].startswith(loops[0].token)
+                or any("for (" in ln or "#pragma" in ln for ln in top.lines)):
+            return None
+        t = loops[0]
+        head = [f"static void {name}_chunk(void *ctx, int64_t lo, int64_t hi, int tid) {{",
+                "  void **B = (void **)ctx;",
+                "  (void)tid;"]
+        header = body[0].replace(t.token, "#pragma omp simd" if t.simd else "").lstrip("\n")
+        header = header.replace(f"{t.var} = 0; {t.var} < {t.count};",
+                                f"{t.var} = lo; {t.var} < hi;")
+        lines = head + ["  " + ln for ln in self.pointer_decls + top.lines
+                        + header.split("\n") + body[1:]]
+        lines += ["}", f"{self.signature(name)} {{",
+                  f"  hg_par({name}_chunk, (void *)B, {t.count}, {t.chunk});", "}"]
+        return "\n".join(lines)
 
     def signature(self, name: str) -> str:
         if self.row_len is not None:
@@ -584,6 +687,10 @@ class CRenderer(IndexKernels):
             chunk = dynamic_chunk(count, work, simd)
             pragma = ("#pragma omp parallel for" + (" simd" if simd else "")
                       + f" num_threads(HG_NT) schedule(dynamic, {chunk})")
+            if self.team_loops is not None:  # kernel() decides: the team, or OpenMP
+                token = f"/*@team{len(self.team_loops)}@*/"
+                self.team_loops.append(TeamLoop(token, var, count, chunk, simd, pragma))
+                pragma = token
         else:
             pragma = "#pragma omp simd" if simd else ""
         head = f"for (int64_t {var} = 0; {var} < {count}; {var}++) {{"

@@ -22,6 +22,8 @@ from .schedule import KernelPlan
 class GPURenderer(CRenderer):
     """Loop roles as grid, block and thread loops; one writer for a block's value."""
 
+    team = False  # loops map to the grid, not to host threads
+
     column_reductions = False  # reductions spread over threads instead
     fiber_blocks = False  # scans and scatters: one thread per fiber (render_index)
     concat_loops = False  # a kernel is one loop nest mapped onto the grid

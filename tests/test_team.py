@@ -1,0 +1,147 @@
+"""hologram's thread team (compiler/team.py): every chunk runs exactly once, on a
+thread below the job's count, whatever the workers do; a worker that never runs
+stalls nothing; nested and concurrent calls run on the caller; a forked child gets a
+working team of its own."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import hologram as hg
+from hologram.compiler import team
+from hologram.compiler.cc import C_PRELUDE, CCompiler
+
+# A chunk function that counts each index's visits and records the thread, and one
+# that calls the team again from inside a chunk (nested).
+_PROBE = C_PRELUDE + r"""
+static void count(void *ctx, int64_t lo, int64_t hi, int tid) {
+  int32_t *c = (int32_t *)ctx;
+  for (int64_t i = lo; i < hi; i++) {
+    __atomic_fetch_add(&c[2 * i], 1, __ATOMIC_RELAXED);
+    c[2 * i + 1] = tid;
+  }
+}
+void run_count(int32_t *c, int64_t n, int64_t chunk, int64_t nt, int64_t times) {
+  for (int64_t t = 0; t < times; t++) hg_par_nt(count, c, n, chunk, nt);
+}
+static void nested(void *ctx, int64_t lo, int64_t hi, int tid) {
+  int32_t *c = (int32_t *)ctx;
+  (void)tid;
+  for (int64_t i = lo; i < hi; i++) hg_par_nt(count, c + 2 * 64 * i, 64, 8, 2);
+}
+void run_nested(int32_t *c, int64_t n) { hg_par_nt(nested, c, n, 1, 2); }
+"""
+
+
+@pytest.fixture(scope="module")
+def probe():
+    cc = CCompiler.find()
+    if cc is None or "-fopenmp" not in cc.flags:
+        pytest.skip("needs a C compiler with OpenMP (the team binds to such libraries)")
+    lib = cc.compile(_PROBE, {"test": "team"})
+    i64 = ctypes.c_int64
+    lib.run_count.argtypes = [ctypes.c_void_p, i64, i64, i64, i64]
+    lib.run_nested.argtypes = [ctypes.c_void_p, i64]
+    hold = team.library(cc).hg_team_hold
+    hold.argtypes = [ctypes.c_int]
+    return lib, hold
+
+
+def _count(lib, n: int, chunk: int, nt: int, times: int = 1) -> np.ndarray:
+    c = np.zeros((n, 2), np.int32)
+    lib.run_count(c.ctypes.data, n, chunk, nt, times)
+    return c
+
+
+@pytest.mark.parametrize("nt", [1, 2, 3, 5])
+@pytest.mark.parametrize("n,chunk", [(1, 1), (7, 3), (1000, 16), (4096, 1), (10, 100)])
+def test_every_chunk_runs_once_on_a_thread_of_the_job(probe, n, chunk, nt):
+    lib, _ = probe
+    c = _count(lib, n, chunk, nt, times=3)
+    np.testing.assert_array_equal(c[:, 0], 3)
+    assert c[:, 1].min() >= 0 and c[:, 1].max() < nt
+
+
+def test_many_jobs_in_a_row(probe):
+    """Thousands of back-to-back jobs (the generation wraps past 16 bits)."""
+    lib, _ = probe
+    c = _count(lib, 64, 1, 3, times=70_000)
+    np.testing.assert_array_equal(c[:, 0], 70_000)
+
+
+def test_workers_that_never_run_stall_nothing(probe):
+    """With every worker held (as if the OS never scheduled them), each job completes
+    on the calling thread alone: it waits only for chunks someone claimed."""
+    lib, hold = probe
+    hold(1)
+    try:
+        c = _count(lib, 4096, 16, 4, times=50)
+    finally:
+        hold(0)
+    np.testing.assert_array_equal(c[:, 0], 50)
+    np.testing.assert_array_equal(c[:, 1], 0)
+
+
+def test_nested_calls_run_on_the_calling_thread(probe):
+    lib, _ = probe
+    c = np.zeros((16 * 64, 2), np.int32)
+    lib.run_nested(c.ctypes.data, 16)
+    np.testing.assert_array_equal(c[:, 0], 1)
+
+
+def test_concurrent_callers(probe):
+    """Python threads calling at once (ctypes drops the GIL): one holds the team, the
+    others run on their own thread; every count is right."""
+    lib, _ = probe
+    outs = [np.zeros((2048, 2), np.int32) for _ in range(4)]
+
+    def work(c: np.ndarray) -> None:
+        lib.run_count(c.ctypes.data, 2048, 8, 2, 200)
+
+    ts = [threading.Thread(target=work, args=(c,)) for c in outs]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for c in outs:
+        np.testing.assert_array_equal(c[:, 0], 200)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",
+                    reason="fork semantics of POSIX threads")
+def test_a_forked_child_has_a_working_team(probe):
+    lib, _ = probe
+    _count(lib, 4096, 16, 2)  # the parent's workers exist
+    pid = os.fork()
+    if pid == 0:  # child: its own workers start on demand
+        code = 1
+        try:
+            x = np.linspace(-3, 3, 1 << 20, dtype=np.float32)
+            ok = np.allclose(hg.jit(lambda v: v * 2.0 + 1.0)(x), x * 2 + 1)
+            c = _count(lib, 4096, 16, 2)
+            code = 0 if ok and (c[:, 0] == 1).all() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+
+
+def test_kernels_run_on_the_team():
+    """Parallel loops of CPU kernels are team chunk functions; results match NumPy at
+    every thread count."""
+    x = np.random.default_rng(0).standard_normal((4096, 256)).astype(np.float32)
+    f = hg.jit(lambda v: (v * 2.0).sum(axis=1))
+    assert "hg_par(k0_chunk" in f.explain(x)
+    want = (x.astype(np.float64) * 2).sum(axis=1)
+    try:
+        for n in (1, 2, 3):
+            hg.set_num_threads(n)
+            np.testing.assert_allclose(f(x), want, rtol=1e-5, atol=1e-4)
+    finally:
+        hg.set_num_threads(None)
