@@ -397,7 +397,8 @@ def _kernel_entries(cache: Path) -> list[tuple[Path, dict]]:
     out = []
     for meta in cache.glob("*.json"):
         m = json.loads(meta.read_text())
-        if m["parts"].get("purpose") != "probe":
+        # the program's kernel, not the compiler probe or the thread team's runtime
+        if m["parts"].get("purpose") != "probe" and "runtime" not in m["parts"]:
             out.append((cache / f"{m['key']}{m['suffix']}", m))
     return out
 

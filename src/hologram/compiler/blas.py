@@ -81,9 +81,13 @@ PARALLEL_MIN_FLOPS = 1 << 20
 #: Tiles thinner than this many rows (or columns) make BLAS's packing dominate.
 MIN_TILE = 16
 #: Tiles the thread team hands out per thread for a product that is not already cut
-#: into many (a batch): with one tile per thread, a thread the OS starts late makes the
-#: others wait for its whole half (issue 21); more tiles let them take its share.
-TILES_PER_THREAD = 4
+#: into many (a batch). More tiles would let the others take the share of a thread the
+#: OS starts late, but cost quiet speed: measured on the 2-core VM (docs/perf.md,
+#: session 11; GEMM+bias+GELU, interleaved), 4 tiles per thread ran 512x1024x4096 in
+#: 14.4-14.6 ms quiet against 13.0-13.4 with 1 (22.7-23.9 against 26.6-27.7 with the
+#: other core busy), and 5-10% slower quiet on the transformer shapes; 2 gained nothing
+#: busy. GEMM is most of a model's time, so quiet speed wins.
+TILES_PER_THREAD = 1
 #: ... but only where each of those tiles keeps this many rows (or columns).
 SPLIT_TILE = 64
 #: Packed copies of B (MKL) pay from 2 rows up: at 1 row (a matrix-vector product) the
@@ -215,7 +219,7 @@ static void hg_epi_chunk(void *ctx, int64_t lo, int64_t hi, int tid) {
 }
 static void hg_epilogue_after(hg_epilogue_fn epi, void **table, int64_t R, int64_t nt) {
   hg_epi_ctx x = {epi, table};
-  int64_t parts = nt * HG_TILES_PER_THREAD;  /* rows in chunks the team hands out */
+  int64_t parts = nt * 4;  /* element-wise rows: chunks are cheap, a late thread holds few */
   hg_par_nt(hg_epi_chunk, &x, R, (R + parts - 1) / parts, nt);
 }
 
