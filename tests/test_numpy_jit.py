@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hologram as hg
-from hologram.errors import NumpyUnsupportedError
+from hologram.errors import DTypeError, NumpyUnsupportedError
 from hologram.npjit.dtypes import TRACEABLE
 
 from .numpy_idioms import IDIOMS, UNSUPPORTED, Idiom
@@ -262,3 +262,37 @@ def test_random_expressions_match_numpy(expr: str, dtype: type, seed: int) -> No
         return
     with np.errstate(all="ignore"):
         _check(hg.jit(fn, backend="reference")(x, y), exp, expr)
+
+
+# --- integer bitwise expressions ------------------------------------------------------
+def _int_expr():
+    leaf = st.sampled_from(["x", "y", "3", "-1", "40"])
+    return st.recursive(leaf, lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["&", "|", "^", "<<", ">>"]), inner).map(
+            lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        inner.map(lambda e: f"(~{e})"),
+        st.tuples(inner, inner).map(lambda t: f"np.maximum({t[0]}, {t[1]})"),
+        st.tuples(inner, inner).map(lambda t: f"np.where(({t[0]} & 1) == 0, {t[0]}, {t[1]})"),
+    ), max_leaves=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_int_expr(), st.sampled_from([np.int32, np.int64]), st.integers(0, 2**32 - 1))
+def test_random_bitwise_expressions_match_numpy(expr: str, dtype: type, seed: int) -> None:
+    """Compiled (C) against NumPy on values over the whole range and shift counts in and
+    out of [0, bits), negative ones included."""
+    fn = eval(f"lambda x, y: {expr} + 0 * x", {"np": np})  # noqa: S307
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, (3, 5), dtype=dtype, endpoint=True)
+    y = np.where(rng.random(5) < 0.7, rng.integers(-70, 71, 5), x[0]).astype(dtype)
+    exp = _expected(Idiom(expr, fn, 2), (x, y))
+    _check(hg.jit(fn)(x, y), exp, expr)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint8, np.uint32])
+def test_narrow_and_unsigned_integers_are_refused_by_name(dtype: type) -> None:
+    """The ISA's integers are i32 and i64: other integer arguments are a clear error."""
+    x = np.arange(6, dtype=dtype)
+    with pytest.raises(DTypeError, match=f"argument 0: dtype {np.dtype(dtype).name}"):
+        hg.jit(lambda a: a & (a << 1))(x)

@@ -180,6 +180,8 @@ class Traced(Var):
     __and__, __rand__ = _ufunc(np.bitwise_and)
     __or__, __ror__ = _ufunc(np.bitwise_or)
     __xor__, __rxor__ = _ufunc(np.bitwise_xor)
+    __lshift__, __rlshift__ = _ufunc(np.left_shift)
+    __rshift__, __rrshift__ = _ufunc(np.right_shift)
     __lt__, _ = _ufunc(np.less)
     __le__, _ = _ufunc(np.less_equal)
     __gt__, _ = _ufunc(np.greater)
@@ -196,6 +198,8 @@ class Traced(Var):
     __iand__ = _inplace("bitwise_and")
     __ior__ = _inplace("bitwise_or")
     __ixor__ = _inplace("bitwise_xor")
+    __ilshift__ = _inplace("left_shift")
+    __irshift__ = _inplace("right_shift")
     del _
 
     def __divmod__(self, o: Any) -> Any:
