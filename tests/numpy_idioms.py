@@ -41,7 +41,7 @@ BINARY_UFUNCS = [
     "float_power", "maximum", "minimum", "fmax", "fmin", "arctan2", "hypot", "copysign",
     "logaddexp", "logaddexp2", "heaviside", "equal", "not_equal", "less", "less_equal",
     "greater", "greater_equal", "logical_and", "logical_or", "logical_xor", "bitwise_and",
-    "bitwise_or", "bitwise_xor",
+    "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
 ]
 
 
@@ -52,8 +52,7 @@ def _u(name: str) -> Idiom:
 
 def _b(name: str) -> Idiom:
     f = getattr(np, name)
-    return Idiom(f"np.{name}", lambda x, y: f(x, y), 2,
-                 refuses="i" if name.startswith("bitwise") else "")
+    return Idiom(f"np.{name}", lambda x, y: f(x, y), 2)
 
 
 IDIOMS: list[Idiom] = [
@@ -75,6 +74,22 @@ IDIOMS: list[Idiom] = [
     Idiom("(x > 0) & (x < 1)", lambda x: (x > 0) & (x < 1)),
     Idiom("(x < 0) | (x > 1)", lambda x: (x < 0) | (x > 1)),
     Idiom("(x > 0) ^ (x > 1)", lambda x: (x > 0) ^ (x > 1)),
+    # bitwise operators and shifts (integers; bool's &, |, ^, ~ are logical; NumPy shifts
+    # bool as int8, which hologram refuses clearly)
+    Idiom("x & y", lambda x, y: x & y, 2),
+    Idiom("x | 6", lambda x: x | 6),
+    Idiom("x ^ y", lambda x, y: x ^ y, 2),
+    Idiom("~x", lambda x: ~x),
+    Idiom("3 & ~x", lambda x: 3 & ~x),
+    Idiom("x << 3", lambda x: x << 3),
+    Idiom("x >> 1", lambda x: x >> 1),
+    Idiom("x << y", lambda x, y: x << y, 2),  # counts in [-5, 5]: negatives saturate
+    Idiom("x >> y", lambda x, y: x >> y, 2),
+    Idiom("1 << (x & 7)", lambda x: 1 << (x & 7)),
+    Idiom("x >> 40", lambda x: x >> 40),  # past int32's width: the sign fill
+    Idiom("np.invert", lambda x: np.invert(x)),
+    Idiom("np.bitwise_not", lambda x: np.bitwise_not(x)),
+    Idiom("(x & 1) == 0", lambda x: (x & 1) == 0),
     Idiom("x == 0", lambda x: x == 0),
     Idiom("x != y", lambda x, y: x != y, 2),
     Idiom("x >= 0.5", lambda x: x >= 0.5),
@@ -260,7 +275,8 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
     ("np.searchsorted", lambda x: np.searchsorted(x[0], x[1]), "np.searchsorted"),
     ("np.einsum ii->i", lambda x: np.einsum("ii->i", x), "einsum"),
     ("np.einsum ...", lambda x: np.einsum("...j->...", x), "einsum"),
-    ("np.left_shift", lambda x: np.left_shift(x.astype(np.int32), 1), "np.left_shift"),
+    ("np.bitwise_count", lambda x: np.bitwise_count(x.astype(np.int32)), "np.bitwise_count"),
+    ("np.left_shift(bool)", lambda x: np.left_shift(x > 0, x > 1), "int8"),
     ("np.exp(bool)", lambda x: np.exp(x > 0), "float16"),
     ("x.astype(f16)", lambda x: x.astype(np.float16), "float16"),
     ("x.reshape(5, 5)", lambda x: x.reshape(5, 5), "reshape"),

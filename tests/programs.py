@@ -259,3 +259,96 @@ def compiled_and_reference(ex, program, inputs: list[np.ndarray]
     ex.launch(program, inputs, got)
     check_canaries(backs)
     return got, want
+
+
+# --- integer programs: the bitwise ops and shifts --------------------------------------------
+#: Binary ops drawn in integer programs: the bitwise ops, shifts and those defined for
+#: every integer input (ADD, SUB, MUL and NEG overflow: C's undefined behaviour, which
+#: NumPy wraps, so they are not drawn).
+INT_BINARY = [Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.MIN, Op.MAX]
+#: Logical ops drawn on bool values inside integer programs.
+BOOL_BINARY = [Op.AND, Op.OR, Op.XOR]
+
+
+def shift_counts(bits: int) -> list[int]:
+    """Shift counts at and around the edges: negative, 0, in range, bits and beyond."""
+    return [-(2**31), -65, -1, 0, 1, bits - 1, bits, bits + 1, 2 * bits, 100]
+
+
+@st.composite
+def int_programs(draw, dtype: str = "i32", max_ops: int = 8):
+    """(program builder fn, input specs) over ``dtype`` inputs (i32 or i64): bitwise ops
+    and shifts (counts from the inputs or :func:`shift_counts`), NOT, MIN/MAX, bool
+    logic (AND/OR/XOR/NOT of comparisons) choosing between values, bool->int casts,
+    reductions and movement (permute, slice, concat, reshape). Every value is of
+    ``dtype``; shapes as :func:`programs` draws them."""
+    base = draw(shapes(min_dims=1))
+    specs = []
+    for _ in range(draw(st.integers(1, 3))):
+        drop = draw(st.integers(0, len(base)))
+        specs.append((dtype, tuple(1 if draw(st.booleans()) and d != 0 else d
+                                   for d in base[drop:])))
+    kinds = ["b"] * 6 + ["k"] * 3 + ["not", "logic", "logic", "cvt", "r", "perm", "slice",
+                                     "cat", "reshape"]
+    plan = [(draw(st.sampled_from(kinds)), draw(st.integers(0, 10_000)),
+             draw(st.integers(0, 10_000))) for _ in range(draw(st.integers(2, max_ops)))]
+    bits = 32 if dtype == "i32" else 64
+
+    def fn(*xs: Var):
+        vals = list(xs)
+        for kind, i, j in plan:
+            x = vals[i % len(vals)]
+            y = vals[j % len(vals)]
+            try:
+                if kind == "b":
+                    vals.append(Var(b.elementwise(INT_BINARY[i % len(INT_BINARY)], x.v, y.v)))
+                elif kind == "k":
+                    n = b.const(shift_counts(bits)[j % 10], dtype, ())
+                    op = (Op.SHL, Op.SHR)[i % 2]
+                    vals.append(Var(b.elementwise(op, x.v, n)))
+                elif kind == "not":
+                    vals.append(Var(b.unary(Op.NOT, x.v)))
+                elif kind == "logic":
+                    m1, m2 = (x < y).v, (y < x).v if i % 3 else b.elementwise(Op.CMPEQ, x.v, y.v)
+                    m = (b.unary(Op.NOT, m1) if j % 4 == 0 else
+                         b.elementwise(BOOL_BINARY[j % 3], m1, m2))
+                    vals.append(Var(m).where(x, y))
+                elif kind == "cvt":
+                    vals.append(Var(b.cast(b.elementwise(Op.XOR, (x < y).v, (y < x).v), dtype)))
+                elif kind == "r" and x.ndim:
+                    vals.append(Var(b.reduce((Op.RMAX, Op.RMIN)[i % 2], x.v, j % x.ndim,
+                                             keepdims=True)))
+                elif kind == "perm" and x.ndim >= 2:
+                    vals.append(x.T)
+                elif kind == "reshape":
+                    vals.append(_reshape_step(x, i))
+                elif kind == "slice" and x.ndim:
+                    vals.append(_slice_step(x, i, j))
+                elif kind == "cat" and x.ndim:
+                    vals.append(Var(b.concat([x.v, b.unary(Op.NOT, x.v)], j % x.ndim)))
+            except ValueError:
+                continue  # shapes that do not broadcast: skip the step
+        outs = vals[len(xs):] or vals
+        return outs[-1], outs[len(outs) // 2]
+
+    return fn, specs
+
+
+def random_int_inputs(specs, seed: int) -> list[np.ndarray]:
+    """Integers over the whole range, small ones (shift counts in and out of range) and
+    the edges: the minimum, the maximum, -1, 0 and the shift counts."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d, s in specs:
+        npd = np.dtype({"i32": np.int32, "i64": np.int64}[d])
+        info = np.iinfo(npd)
+        a = rng.integers(info.min, info.max, s, dtype=npd, endpoint=True)
+        if a.size:
+            pick = rng.random(s)
+            small = rng.integers(-70, 71, s).astype(npd)
+            edges = np.array([info.min, info.max, -1, 0, *shift_counts(npd.itemsize * 8)],
+                             dtype=np.int64).clip(info.min, info.max).astype(npd)
+            a = np.where(pick < 0.4, small, a)
+            a = np.where(pick > 0.8, rng.choice(edges, size=s), a)
+        out.append(np.ascontiguousarray(a))
+    return out

@@ -59,6 +59,14 @@ CASES = {
     "compare": (lambda m, a, b: m.logical_and(m.less(a, b), m.not_equal(a, 0.0)),
                 ["f32", "f32"]),
     "logical": (lambda m, a, b: m.logical_xor(a, m.logical_not(b)), ["bool", "bool"]),
+    "bitwise": (lambda m, a: m.bitwise_xor(m.bitwise_and(a, m.flip(a, axis=1)),
+                                           m.bitwise_or(a, m.bitwise_invert(m.flip(a, axis=0)))),
+                ["i32", "i64", "bool"]),
+    # the standard leaves negative counts undefined: counts here are in [0, 7]
+    "shifts": (lambda m, a: m.bitwise_left_shift(a, m.bitwise_and(m.flip(a, axis=0), 7))
+               + m.bitwise_right_shift(a, m.bitwise_and(a, 3)), ["i32", "i64"]),
+    "shift_scalar": (lambda m, a: m.bitwise_right_shift(m.bitwise_left_shift(a, 29), 1),
+                     ["i32", "i64"]),
     "isfinite": (lambda m, a: m.logical_or(m.isnan(a), m.isinf(a)), ["f32"]),
     "divide_int": (lambda m, a: m.divide(a, 4), ["i32"]),
     "maximum": (lambda m, a, b: m.maximum(a, b), ["f32", "f32"]),

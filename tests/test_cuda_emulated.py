@@ -28,7 +28,13 @@ from hologram.backends.reference import evaluate
 from hologram.errors import BackendUnavailableError
 from hologram.isa import builder as b
 
-from .programs import compiled_and_reference, programs, random_inputs
+from .programs import (
+    compiled_and_reference,
+    int_programs,
+    programs,
+    random_inputs,
+    random_int_inputs,
+)
 from .test_differential import assert_close
 from .test_fusion import CASES
 
@@ -192,6 +198,20 @@ def test_random_programs_with_an_empty_axis(executors, case, seed):
     fn, specs = case
     _check_program(executors, b.program(fn, specs), random_inputs(specs, seed),
                    rtol=2e-4, atol=1e-5, seed=seed)
+
+
+@settings(SETTINGS, max_examples=15)
+@given(st.sampled_from(["i32", "i64"]).flatmap(lambda d: int_programs(dtype=d, max_ops=6)),
+       st.integers(0, 2**32 - 1))
+def test_random_int_programs(executors, case, seed):
+    """Bitwise ops and shifts (counts out of range, negative values) bit for bit."""
+    fn, specs = case
+    p = b.program(fn, specs)
+    inputs = random_int_inputs(specs, seed)
+    for ex in configs(executors, seed):
+        got, want = compiled_and_reference(ex, p, inputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=str(p))
 
 
 def test_attention_backward_matches_reference(executors):

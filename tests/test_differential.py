@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 import hologram as hg
 from hologram.isa import builder as b
 
-from .programs import compiled_and_reference, programs, random_inputs
+from .programs import (
+    compiled_and_reference,
+    int_programs,
+    programs,
+    random_inputs,
+    random_int_inputs,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -89,3 +95,17 @@ def test_cpu_matches_reference_with_an_empty_axis_f64(case, seed):
 @given(programs(dtype="f32", gemm=True, empty=True), st.integers(0, 2**32 - 1))
 def test_cpu_matches_reference_with_an_empty_axis_f32(case, seed):
     _check(case, seed, rtol=2e-4, atol=1e-5)
+
+
+# Integer programs: the bitwise ops and shifts (counts out of range, negative values,
+# the minimum) bit for bit.
+@settings(SETTINGS, max_examples=40)
+@given(st.sampled_from(["i32", "i64"]).flatmap(lambda d: int_programs(dtype=d)),
+       st.integers(0, 2**32 - 1))
+def test_cpu_matches_reference_int(case, seed):
+    ex = _compiled_executor()
+    fn, specs = case
+    p = b.program(fn, specs)
+    got, want = compiled_and_reference(ex, p, random_int_inputs(specs, seed))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=str(p))

@@ -9,7 +9,7 @@ from hologram.backends.reference import evaluate
 from hologram.errors import ParseError, VerifyError
 from hologram.isa import Op, Program, Value, dtypes
 from hologram.isa import builder as b
-from hologram.isa.opcodes import GROUP, Group, arity
+from hologram.isa.opcodes import BITWISE, GROUP, SHIFT, Group, arity
 
 
 def test_dtype_table_rows_are_consistent():
@@ -49,12 +49,14 @@ def _every_op_program() -> Program:
     m = b.ldg(2, f32, (3, 4))
     p = b.ldg_phi((5, 1, 16), f32, (2, 3))
     vals = [x, y, p]
+    i, j = b.cast(x, "i32"), b.cast(y, "i32")  # the bitwise ops and shifts take integers
     for op in Op:
         g = GROUP[op]
+        u, v = (i, j) if op in BITWISE | SHIFT else (x, y)
         if g is Group.UNARY:
-            vals.append(b.unary(op, x))
+            vals.append(b.unary(op, u))
         elif g in (Group.BINARY, Group.COMPARE):
-            vals.append(b.elementwise(op, x, y))
+            vals.append(b.elementwise(op, u, v))
     cond = b.elementwise(Op.CMPLT, x, y)
     vals += [
         b.elementwise(Op.MAD, x, y, p),
@@ -98,8 +100,9 @@ def test_every_opcode_appears_and_round_trips_through_text():
 @pytest.mark.parametrize("op", [op for op in Op if GROUP[op] in (Group.UNARY, Group.BINARY)])
 def test_single_op_round_trip(op):
     n = arity(op)
+    d = "i64" if op in BITWISE | SHIFT else "f64"
     p = b.program(lambda *xs: Value(op, xs[0].dtype, xs[0].shape, tuple(x.v for x in xs)),
-                  [("f64", (5,))] * n)
+                  [(d, (5,))] * n)
     assert Program.parse(str(p)) == p
 
 
@@ -157,6 +160,17 @@ def _prog(lines: str, inputs="(('f32', (4,)), ('f32', (3,)))") -> Program:
         # float-only op on ints
         ("%0 = ldg.f32[4] in=0\n%1 = cvt.i32[4] %0\n%2 = exp.i32[4] %1\nstg.i32[4] %2 out=0",
          "floating-point"),
+        # bitwise ops and shifts on floats, shifts on bool
+        ("%0 = ldg.f32[4] in=0\n%1 = xor.f32[4] %0, %0\nstg.f32[4] %1 out=0",
+         "xor is a bitwise op: it needs an integer or bool dtype, got f32"),
+        ("%0 = ldg.f32[4] in=0\n%1 = not.f32[4] %0\nstg.f32[4] %1 out=0",
+         "not is a bitwise op"),
+        ("%0 = ldg.f32[4] in=0\n%1 = shl.f32[4] %0, %0\nstg.f32[4] %1 out=0",
+         "shl is a shift: it needs an integer dtype, got f32"),
+        ("%0 = ldg.f32[4] in=0\n%1 = cmplt.bool[4] %0, %0\n%2 = shr.bool[4] %1, %1\n"
+         "stg.bool[4] %2 out=0", "shr is a shift: it needs an integer dtype, got bool"),
+        ("%0 = ldg.f32[4] in=0\n%1 = cmplt.bool[4] %0, %0\n%2 = add.bool[4] %1, %1\n"
+         "stg.bool[4] %2 out=0", "add is not defined on bool"),
         # bad phi
         ("%0 = ldg.f32[4] phi=(96,0,0)\nstg.f32[4] %0 out=0", "phi class"),
         # reshape changes size
@@ -176,7 +190,7 @@ def test_verifier_names_the_instruction(lines, fragment):
     msg = str(e.value)
     assert fragment in msg
     if "output indices" not in fragment:
-        assert ".f" in msg or ".i" in msg  # the instruction's text is in the message
+        assert any(t in msg for t in (".f", ".i", ".bool"))  # the instruction, as text
 
 
 def test_builder_rejects_bad_instructions_eagerly():

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hologram as hg
-from hologram.errors import NumpyUnsupportedError
+from hologram.errors import DTypeError, NumpyUnsupportedError
 from hologram.npjit.dtypes import TRACEABLE
 
 from .numpy_idioms import IDIOMS, UNSUPPORTED, Idiom
@@ -180,7 +180,9 @@ def test_captured_array_mutation_and_rebinding() -> None:
     f = hg.jit(lambda x: x + TABLE)
     x = np.zeros((2, 7), np.float32)
     np.testing.assert_array_equal(f(x)[0], np.arange(7))
-    TABLE[0] = 100  # in place: the program reads the array at every call
+    prog, arrays = f.program_for(x)
+    assert len(prog.inputs) == 1 and len(arrays) == 1  # 7 elements: constants, no input
+    TABLE[0] = 100  # in place: the baked contents changed, so a new trace
     saved = TABLE
     try:
         np.testing.assert_array_equal(f(x)[0, 0], 100)
@@ -189,6 +191,72 @@ def test_captured_array_mutation_and_rebinding() -> None:
     finally:
         TABLE = saved
         TABLE[0] = 0
+    np.testing.assert_array_equal(f(x)[0], np.arange(7))
+
+
+class _Model:
+    def __init__(self) -> None:
+        self.taps = np.array([0.25, 0.5, 0.25])
+
+
+def test_small_captured_array_changed_in_place_gives_the_new_result() -> None:
+    """A stencil's taps reached through an attribute (no guard watches ``self.taps``):
+    the baked contents are compared at each call, so changing them retraces."""
+    m = _Model()
+    f = hg.jit(lambda x: x[:-2] * m.taps[0] + x[1:-1] * m.taps[1] + np.sum(
+        x[:, None] * m.taps, axis=1)[2:])
+    x = np.random.default_rng(0).standard_normal(12)
+
+    def want(x):
+        return x[:-2] * m.taps[0] + x[1:-1] * m.taps[1] + np.sum(x[:, None] * m.taps,
+                                                                   axis=1)[2:]
+    np.testing.assert_allclose(f(x), want(x), rtol=1e-12)
+    m.taps[1] = -3.0
+    m.taps[2] = np.nan
+    np.testing.assert_allclose(f(x), want(x), rtol=1e-12)
+    m.taps[2] = -0.0  # NaN -> -0.0 and 0.0 -> -0.0 are changes too
+    np.testing.assert_allclose(f(x), want(x), rtol=1e-12)
+
+
+def test_equal_small_captured_arrays_share_one_compiled_program() -> None:
+    """The constants are the program's: equal contents, equal program, one compile."""
+    w1 = np.array([1.0, -2.0, 3.5], np.float32)
+    w2 = w1.copy()
+    f = hg.jit(lambda x: np.tanh(x * w1))
+    g = hg.jit(lambda x: np.tanh(x * w2))
+    x = np.ones((4, 3), np.float32)
+    pf, pg = f.program_for(x)[0], g.program_for(x)[0]
+    assert pf.hash == pg.hash and len(pf.inputs) == 1
+    ex = hg.default_executor("cpu")
+    assert ex.compile(pf) is ex.compile(pg)
+    np.testing.assert_allclose(g(x), np.tanh(x * w2), rtol=1e-6)
+    w3 = np.array([1.0, -2.0, 3.25], np.float32)  # other contents: another program
+    assert hg.jit(lambda x: np.tanh(x * w3)).program_for(x)[0].hash != pf.hash
+
+
+def test_uniform_small_captured_array_folds_away() -> None:
+    """A captured array of ones is one constant: x * ones is x after canonicalization."""
+    from hologram.compiler.canonicalize import canonicalize
+
+    ones = np.ones(5, np.float32)
+    f = hg.jit(lambda x: x * ones + 1)
+    x = np.zeros((2, 5), np.float32)
+    canon = canonicalize(f.program_for(x)[0])[0]
+    assert "mul" not in str(canon) and "concat" not in str(canon)
+    np.testing.assert_array_equal(f(x), x * ones + 1)
+
+
+def test_small_captured_index_and_bool_arrays_are_constants() -> None:
+    idx = np.array([3, 0, 2])
+    mask = np.array([True, False, True, True, False, False, True])
+    f = hg.jit(lambda x: (x[:, idx], np.where(mask, x, -x)))
+    x = np.arange(14, dtype=np.int64).reshape(2, 7)
+    prog, _ = f.program_for(x)
+    assert len(prog.inputs) == 1
+    for g, e in zip(f(x), (x[:, idx], np.where(mask, x, -x)), strict=True):
+        np.testing.assert_array_equal(g, e)
+    idx[0] = 6
+    np.testing.assert_array_equal(f(x)[0], x[:, idx])
 
 
 def test_closure_cell_rebound_retraces() -> None:
@@ -205,7 +273,10 @@ def test_closure_cell_rebound_retraces() -> None:
 
 
 def test_large_captured_array_is_a_hidden_input() -> None:
+    from hologram.npjit.lift import SMALL_CONSTANT
+
     w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    assert w.size > SMALL_CONSTANT
     f = hg.jit(lambda x: x @ w)
     a = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
     prog, arrays = f.program_for(a)
@@ -262,3 +333,37 @@ def test_random_expressions_match_numpy(expr: str, dtype: type, seed: int) -> No
         return
     with np.errstate(all="ignore"):
         _check(hg.jit(fn, backend="reference")(x, y), exp, expr)
+
+
+# --- integer bitwise expressions ------------------------------------------------------
+def _int_expr():
+    leaf = st.sampled_from(["x", "y", "3", "-1", "40"])
+    return st.recursive(leaf, lambda inner: st.one_of(
+        st.tuples(inner, st.sampled_from(["&", "|", "^", "<<", ">>"]), inner).map(
+            lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        inner.map(lambda e: f"(~{e})"),
+        st.tuples(inner, inner).map(lambda t: f"np.maximum({t[0]}, {t[1]})"),
+        st.tuples(inner, inner).map(lambda t: f"np.where(({t[0]} & 1) == 0, {t[0]}, {t[1]})"),
+    ), max_leaves=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_int_expr(), st.sampled_from([np.int32, np.int64]), st.integers(0, 2**32 - 1))
+def test_random_bitwise_expressions_match_numpy(expr: str, dtype: type, seed: int) -> None:
+    """Compiled (C) against NumPy on values over the whole range and shift counts in and
+    out of [0, bits), negative ones included."""
+    fn = eval(f"lambda x, y: {expr} + 0 * x", {"np": np})  # noqa: S307
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max, (3, 5), dtype=dtype, endpoint=True)
+    y = np.where(rng.random(5) < 0.7, rng.integers(-70, 71, 5), x[0]).astype(dtype)
+    exp = _expected(Idiom(expr, fn, 2), (x, y))
+    _check(hg.jit(fn)(x, y), exp, expr)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint8, np.uint32])
+def test_narrow_and_unsigned_integers_are_refused_by_name(dtype: type) -> None:
+    """The ISA's integers are i32 and i64: other integer arguments are a clear error."""
+    x = np.arange(6, dtype=dtype)
+    with pytest.raises(DTypeError, match=f"argument 0: dtype {np.dtype(dtype).name}"):
+        hg.jit(lambda a: a & (a << 1))(x)

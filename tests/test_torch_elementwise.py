@@ -331,3 +331,41 @@ def test_backward_of_masks_padding_and_max_dim():
         got = torch.autograd.grad(out.sum(), x)[0]
     assert not [op for g in graphs for op, _ in g.torch_ops]
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+# --- integer bitwise ops and shifts -------------------------------------------------------
+BITWISE: dict[str, Callable[..., torch.Tensor]] = {
+    "and_or_xor": lambda a, b: ((a & b) | (a ^ 5), torch.bitwise_xor(a, b)),
+    "not": lambda a, b: (~a, torch.bitwise_not(b)),
+    "shifts": lambda a, b: (a << b, a >> b, torch.bitwise_left_shift(b, 3)),
+    "shift_scalar": lambda a, b: (a >> 70, torch.bitwise_right_shift(a, 1), (a & 7) << 29),
+    "bool": lambda a, b: ((a > 0) & (b < 0), (a > 0) | ~(b > 0), (a > b) ^ (b > 0)),
+}
+
+
+def _int_data(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Small integers (shift counts in and out of range, negative ones) and, for int32,
+    the whole range and its edges. int64 tensors ride in f64 between the ops of a
+    program (README), exact to 2**53: their values and results stay below it here."""
+    rng = np.random.default_rng(seed)
+    npd = {torch.int32: np.int32, torch.int64: np.int64}[dtype]
+    small = rng.integers(-70, 71, shape).astype(npd)
+    if dtype is torch.int64:
+        return torch.from_numpy(small)
+    info = np.iinfo(npd)
+    x = rng.integers(info.min, info.max, shape, dtype=npd, endpoint=True)
+    x = np.where(rng.random(shape) < 0.5, small, x)
+    x.reshape(-1)[:4] = [info.min, info.max, -1, 0]
+    return torch.from_numpy(x)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "empty"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("name", sorted(BITWISE))
+def test_bitwise_and_shifts_match_eager(name, dtype, layout):
+    a, b = _int_data((6, 14), dtype, 1), _int_data((6, 14), dtype, 2)
+    if layout == "strided":
+        a, b = a[:, ::2], b[:, 1::2]
+    elif layout == "empty":
+        a, b = a[:0], b[:0]
+    _same(*reversed(_run(BITWISE[name], a, b)))

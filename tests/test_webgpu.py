@@ -30,7 +30,13 @@ from hologram.isa import Program
 from hologram.isa import builder as b
 from hologram.ops import composites
 
-from .programs import compiled_and_reference, programs, random_inputs
+from .programs import (
+    compiled_and_reference,
+    int_programs,
+    programs,
+    random_inputs,
+    random_int_inputs,
+)
 from .test_executor import check_phi_addressing
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -232,6 +238,21 @@ def test_random_programs_match_reference(wg, case, seed):
     for g, w in zip(got, want, strict=True):
         # transcendental helpers are within a few ulp; sums run in a different order
         assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+@needs_adapter
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.function_scoped_fixture])
+@given(int_programs(dtype="i32"), st.integers(0, 2**32 - 1))
+def test_random_int_programs_match_reference(wg, case, seed):
+    """The bitwise ops and shifts in WGSL's i32 (and bool inside kernels) bit for bit:
+    counts out of range and negative saturate as NumPy's do, not modulo 32."""
+    fn, specs = case
+    p = b.program(fn, specs)
+    got, want = compiled_and_reference(wg, p, random_int_inputs(specs, seed))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w, err_msg=str(p))
 
 
 @needs_adapter

@@ -72,7 +72,7 @@ class _Signature:
     program: Program
     outputs: list[tuple[np.dtype, tuple[int, ...]]]
     hidden: list[np.ndarray]  # captured NumPy arrays: inputs after the arguments
-    guard: Guard  # the closure cells and globals the trace read scalars and arrays from
+    guard: Guard  # the cells and globals the trace read, and the small arrays it baked in
     executor: Executor | None = None  # set on the first call (tracing alone compiles nothing)
     launch: Callable[[list[int]], None] | None = None  # raw addresses in; None: checked path
 
@@ -121,7 +121,7 @@ class JitFunction:
         key = tuple([(a.dtype, a.shape) for a in arrays])  # dtypes compare by value
         sig = self._signatures.get(key)
         if sig is not None and sig.guard and not sig.guard.holds():
-            sig = None  # a captured scalar or array was rebound: trace again
+            sig = None  # a captured scalar or array was rebound (or a baked one changed)
         if sig is None:
             specs = []
             for i, a in enumerate(arrays):
@@ -134,7 +134,9 @@ class JitFunction:
                 sig = self._signatures.get(key)
                 if sig is None or (sig.guard and not sig.guard.holds()):
                     guard = Guard(self.fn)
-                    p, hidden = trace(self.fn, specs, name=getattr(self.fn, "__name__", "jit"))
+                    p, hidden, baked = trace(self.fn, specs,
+                                             name=getattr(self.fn, "__name__", "jit"))
+                    guard.watch_contents(baked)
                     outs = [(d.np_dtype, s) for d, s in p.output_specs]
                     sig = self._signatures[key] = _Signature(p, outs, hidden, guard)
         if sig.hidden:

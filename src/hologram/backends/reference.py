@@ -41,7 +41,27 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return one / (one + np.exp(-x))
 
 
+def _bits(a: np.ndarray) -> int:
+    return a.dtype.itemsize * 8
+
+
+def _shl(a: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """NumPy's left_shift, its saturation spelled out: a count outside [0, bits) (a
+    negative one too) gives 0, never C's undefined shift."""
+    inside = (n >= 0) & (n < _bits(a))
+    return np.where(inside, np.left_shift(a, np.where(inside, n, 0)), 0).astype(a.dtype)
+
+
+def _shr(a: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """NumPy's right_shift (arithmetic for signed integers); a count outside [0, bits)
+    gives the sign fill: -1 for a negative a, 0 otherwise."""
+    inside = (n >= 0) & (n < _bits(a))
+    fill = np.where(a < 0, -1, 0)
+    return np.where(inside, np.right_shift(a, np.where(inside, n, 0)), fill).astype(a.dtype)
+
+
 UNARY: dict[Op, Callable[[np.ndarray], np.ndarray]] = {
+    Op.NOT: np.invert,  # ~x on integers, logical not on bool
     Op.NEG: np.negative,
     Op.ABS: np.abs,
     Op.EXP: np.exp,
@@ -90,6 +110,11 @@ BINARY: dict[Op, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     # a NaN's sign is not an ISA value: copysign by a NaN gives |a| on every backend
     Op.COPYSIGN: lambda a, b: np.where(np.isnan(b), np.abs(a), np.copysign(a, b)),
     Op.ZETA: special_reference.zeta,
+    Op.AND: np.bitwise_and,
+    Op.OR: np.bitwise_or,
+    Op.XOR: np.bitwise_xor,
+    Op.SHL: _shl,
+    Op.SHR: _shr,
     Op.CMPLT: np.less,
     Op.CMPEQ: np.equal,
 }

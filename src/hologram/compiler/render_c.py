@@ -64,6 +64,15 @@ TEMPLATES: dict[Op, str] = {
     Op.LGAMMA: "hg_lgamma{f}({0})",
     Op.DIGAMMA: "(({T})hg_digamma((double){0}))",
     Op.ZETA: "(({T})hg_zeta((double){0}, (double){1}))",
+    Op.AND: "({0} & {1})",
+    Op.OR: "({0} | {1})",
+    Op.XOR: "({0} ^ {1})",
+    Op.NOT: "(~{0})",
+    # {U} the unsigned type of {T}, {W} its bits: the shift itself runs in range only
+    # (a count outside [0, W) saturates, as NumPy's do) and on unsigned bits (a negative
+    # value shifted left is C's UB; the unsigned shift wraps as two's complement does)
+    Op.SHL: "((uint64_t)(int64_t){1} < {W} ? ({T})(({U}){0} << {1}) : ({T})0)",
+    Op.SHR: "((uint64_t)(int64_t){1} < {W} ? ({0} >> {1}) : ({0} < 0 ? ({T})-1 : ({T})0))",
     Op.CMPLT: "({0} < {1})",
     Op.CMPEQ: "({0} == {1})",
     Op.MAD: "({0} * {1} + {2})",
@@ -72,6 +81,10 @@ TEMPLATES: dict[Op, str] = {
 }
 # Integer dtypes spell some ops differently (no libm).
 INT_TEMPLATES: dict[Op, str] = {Op.ABS: "({0} < 0 ? -{0} : {0})"}
+# bool's NOT is the logical one (~ of a _Bool is -1 or -2: both true).
+BOOL_TEMPLATES: dict[Op, str] = {Op.NOT: "(!{0})"}
+#: dtype kind -> the rows that replace TEMPLATES' for it.
+KIND_TEMPLATES: dict[str, dict[Op, str]] = {"i": INT_TEMPLATES, "b": BOOL_TEMPLATES}
 
 
 @dataclass(frozen=True)
@@ -326,12 +339,13 @@ class CRenderer(IndexKernels):
         if g in (Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY, Group.SELECT):
             args = [self.emit(s, idx, cur, flat) for s in v.srcs]
             d = v.srcs[-1].dtype
-            tmpl = (INT_TEMPLATES.get(v.op) if d.kind == "i" else None) or TEMPLATES[v.op]
+            tmpl = KIND_TEMPLATES.get(d.kind, {}).get(v.op) or TEMPLATES[v.op]
             if v.op in SPECIAL:
                 self.specials.add(v.op)
             f = self.suffix.get(d.name, "")
             code = tmpl.format(*(a.code for a in args), f=f, T=self.ctype(d),
-                               exp=self.exp_names.get(d.name, f"exp{f}"))
+                               exp=self.exp_names.get(d.name, f"exp{f}"),
+                               U=f"u{d.ctype}", W=d.bits)
             vars_ = frozenset().union(*(a.vars for a in args))
             return self.bind(code, v.dtype, vars_, cur, key)
         if g is Group.CAST:

@@ -604,6 +604,23 @@ INT_TEMPLATES: dict[Op, str] = {
     Op.MAD: "({0} * {1} + {2})",
     Op.FMA: "({0} * {1} + {2})",
     Op.RECIP: "({one} / {0})",
+    Op.AND: "({0} & {1})",
+    Op.OR: "({0} | {1})",
+    Op.XOR: "({0} ^ {1})",
+    Op.NOT: "(~{0})",
+    # WGSL shifts by the count modulo 32: a count outside [0, 32) (u32() keeps a
+    # negative count's bits, so it is one too) saturates instead, as NumPy's does. The
+    # count is masked all the same: a constant count >= 32 is a shader-creation error
+    # even in select's unused arm. >> on i32 is arithmetic.
+    Op.SHL: "select(0i, ({0} << (u32({1}) & 31u)), u32({1}) < 32u)",
+    Op.SHR: "select(select(0i, -1i, {0} < 0i), ({0} >> (u32({1}) & 31u)), u32({1}) < 32u)",
+}
+# bool: the logical ops (WGSL has & and | on bool, but no ^ or ~).
+BOOL_TEMPLATES: dict[Op, str] = {
+    Op.AND: "({0} & {1})",
+    Op.OR: "({0} | {1})",
+    Op.XOR: "({0} != {1})",
+    Op.NOT: "(!{0})",
 }
 # Ops whose f16 form is computed by the f32 helper and rounded back.
 _F32_ONLY = {Op.LOG, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW,
@@ -816,7 +833,7 @@ class WGSLRenderer(GPURenderer):
                 raise DTypeError(f"{op}.{d}: the {self.backend} backend has no integer {op}")
             return tmpl.format(*codes, one="1i")
         if d.kind == "b":
-            return TEMPLATES[op].format(*codes, one="true")
+            return (BOOL_TEMPLATES.get(op) or TEMPLATES[op]).format(*codes, one="true")
         tmpl = TEMPLATES[op]
         for name in _HELPERS:
             if name + "(" in tmpl:

@@ -83,6 +83,15 @@ class Op(str, Enum):
     # no part of any ISA value (rules and backends may change it), so nothing reads it
     COPYSIGN = "copysign"
     ZETA = "zeta"  # Hurwitz zeta(x, q) = sum_k (q + k)^-x (ATen's zeta)
+    # Bitwise ops on integers (two's complement); on bool they are the logical ops
+    AND = "and"
+    OR = "or"
+    XOR = "xor"
+    NOT = "not"  # ~x on integers, not x on bool
+    # Shifts of integers; a count outside [0, bits) saturates as NumPy's do (C's UB
+    # never reaches a kernel): SHL gives 0, SHR gives 0 or -1 (the sign, arithmetic)
+    SHL = "shl"
+    SHR = "shr"
     CMPLT = "cmplt"
     CMPEQ = "cmpeq"
     MAD = "mad"
@@ -132,10 +141,11 @@ GROUP: dict[Op, Group] = {
         op: Group.UNARY
         for op in (Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.TANH,
                    Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT,
-                   Op.LOG1P, Op.EXPM1, *MATH_UNARY, Op.LGAMMA, Op.DIGAMMA)
+                   Op.LOG1P, Op.EXPM1, *MATH_UNARY, Op.LGAMMA, Op.DIGAMMA, Op.NOT)
     },
     **{op: Group.BINARY for op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MIN, Op.MAX, Op.POW,
-                                   Op.FMOD, Op.ATAN2, Op.HYPOT, Op.COPYSIGN, Op.ZETA)},
+                                   Op.FMOD, Op.ATAN2, Op.HYPOT, Op.COPYSIGN, Op.ZETA,
+                                   Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR)},
     Op.CMPLT: Group.COMPARE,
     Op.CMPEQ: Group.COMPARE,
     Op.MAD: Group.TERNARY,
@@ -193,13 +203,19 @@ ELEMENTWISE: frozenset[Group] = frozenset(
 # Movement ops: views of their operand (a new shape over the same elements, no copy).
 MOVEMENT: frozenset[Op] = frozenset(op for op, g in GROUP.items() if g is Group.MOVEMENT)
 # Binary ops whose operands may be swapped.
-COMMUTATIVE: frozenset[Op] = frozenset({Op.ADD, Op.MUL, Op.MIN, Op.MAX, Op.CMPEQ})
+COMMUTATIVE: frozenset[Op] = frozenset({Op.ADD, Op.MUL, Op.MIN, Op.MAX, Op.CMPEQ, Op.AND,
+                                        Op.OR, Op.XOR})
 # Unary/binary ops defined only on floating-point dtypes.
 FLOAT_ONLY: frozenset[Op] = frozenset(
     {Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS,
      Op.POW, Op.FMA, Op.MAD, Op.DIV, Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT, Op.LOG1P, Op.EXPM1,
      Op.FMOD, Op.ATAN2, Op.HYPOT, Op.COPYSIGN, *MATH_UNARY, Op.LGAMMA, Op.DIGAMMA, Op.ZETA}
 )
+# Bitwise ops: defined on integer and bool dtypes (on bool: the logical and, or, xor, not).
+BITWISE: frozenset[Op] = frozenset({Op.AND, Op.OR, Op.XOR, Op.NOT})
+# Shifts: integer dtypes only (NumPy shifts bool as int8). The count is the second
+# operand, of the first's dtype; outside [0, bits) it saturates (see Op.SHL).
+SHIFT: frozenset[Op] = frozenset({Op.SHL, Op.SHR})
 # Identity element of each reduction, used for empty reductions.
 REDUCE_IDENTITY: dict[Op, float] = {
     Op.RSUM: 0.0,

@@ -17,9 +17,11 @@ from .dtypes import DType
 from .opcodes import (
     ATTENTION_OPERANDS,
     ATTENTION_PART,
+    BITWISE,
     FLOAT_ONLY,
     INDEX_DTYPES,
     SCATTER_STEP,
+    SHIFT,
     Group,
     Op,
     arity,
@@ -47,6 +49,16 @@ def _same(srcs: Sequence[Value], what: str) -> tuple[DType, Shape]:
 def _float_check(op: Op, d: DType) -> None:
     if op in FLOAT_ONLY and not d.is_float:
         raise RuleError(f"{op} needs a floating-point dtype, got {d}")
+    if op in BITWISE and d.is_float:
+        raise RuleError(f"{op} is a bitwise op: it needs an integer or bool dtype, got {d}")
+    if op in SHIFT and d.kind != "i":
+        raise RuleError(f"{op} is a shift: it needs an integer dtype, got {d}")
+
+
+def _bool_check(op: Op, d: DType) -> None:
+    """Arithmetic is not defined on bool; the bitwise ops are (the logical ones)."""
+    if d is dtypes.boolean and op not in BITWISE:
+        raise RuleError(f"{op} is not defined on bool")
 
 
 def _phi(attrs: dict[str, Any]) -> None:
@@ -83,16 +95,14 @@ def _const(op, srcs, attrs, dtype, shape):
 def _unary(op, srcs, attrs, dtype, shape):
     d, s = srcs[0].dtype, srcs[0].shape
     _float_check(op, d)
-    if d is dtypes.boolean:
-        raise RuleError(f"{op} is not defined on bool")
+    _bool_check(op, d)
     return d, s
 
 
 def _binary(op, srcs, attrs, dtype, shape):
     d, s = _same(srcs, str(op))
     _float_check(op, d)
-    if d is dtypes.boolean:
-        raise RuleError(f"{op} is not defined on bool")
+    _bool_check(op, d)
     return d, s
 
 

@@ -6,9 +6,12 @@ hidden inputs, so rebinding either (``alpha = 0.7``, ``w = new_array``) must mak
 new trace. The guard records, at trace time, every closure cell and global name the
 function (and the Python functions it calls through them, one level down) reads
 that holds a scalar or an array, and checks them on each call: a dict lookup each.
-Changing a captured array's contents in place needs no new trace (the program reads
-it at every call). Values reached through attributes or containers (``self.w``,
-``params["w"]``) are not watched: the README says so.
+Changing a large captured array's contents in place needs no new trace (the program
+reads it at every call); a small one's contents are constants of the program, so the
+guard also compares each such array with the bytes the trace baked in
+(``watch_contents``), wherever the array was reached from. Rebinding values reached
+through attributes or containers (``self.w``, ``params["w"]``) is not watched: the
+README says so.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from .lift import Baked
 
 _SCALARS = (bool, int, float, np.generic)
 _MISSING = object()
@@ -49,7 +54,12 @@ class Guard:
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.cells: list[tuple[Any, Any]] = []
         self.globals: list[tuple[dict[str, Any], str, Any]] = []
+        self.baked: list[Baked] = []
         self._scan(fn, depth=0, seen=set())
+
+    def watch_contents(self, baked: list[Baked]) -> None:
+        """Also hold only while these arrays keep the contents the trace baked in."""
+        self.baked.extend(baked)
 
     def _scan(self, fn: Any, depth: int, seen: set[int]) -> None:
         fn = getattr(fn, "__wrapped__", fn)
@@ -86,10 +96,11 @@ class Guard:
                 return False
             if not _same(now, v):
                 return False
-        return all(_same(g.get(name, _MISSING), v) for g, name, v in self.globals)
+        return (all(_same(g.get(name, _MISSING), v) for g, name, v in self.globals)
+                and all(b.holds() for b in self.baked))
 
     def __bool__(self) -> bool:
-        return bool(self.cells or self.globals)
+        return bool(self.cells or self.globals or self.baked)
 
 
 __all__ = ["Guard"]

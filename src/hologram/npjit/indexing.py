@@ -26,7 +26,7 @@ from ..isa.value import Value
 from . import logic as L
 from .dtypes import to_numpy
 from .errors import unsupported
-from .lift import value
+from .lift import value, watch
 from .shapes import take_positions
 
 
@@ -38,6 +38,8 @@ def _normalize(key: Any) -> list[Any]:
     items = list(key) if isinstance(key, tuple) else [key]
     out = []
     for k in items:
+        if isinstance(k, np.ndarray):
+            watch(k)  # read here, on the host: changing it must retrace
         if isinstance(k, list):
             if any(isinstance(e, Var) for e in k):
                 raise unsupported("__getitem__", "key", "a list holding traced values; use "

@@ -24,7 +24,7 @@ from ..isa.value import Value
 from . import functions, indexing, ufuncs
 from .dtypes import to_numpy
 from .errors import NumpyUnsupportedError, unsupported
-from .lift import Trace, tracing, value
+from .lift import Baked, Trace, tracing, value
 
 
 def wrap(r: Any) -> Any:
@@ -180,6 +180,8 @@ class Traced(Var):
     __and__, __rand__ = _ufunc(np.bitwise_and)
     __or__, __ror__ = _ufunc(np.bitwise_or)
     __xor__, __rxor__ = _ufunc(np.bitwise_xor)
+    __lshift__, __rlshift__ = _ufunc(np.left_shift)
+    __rshift__, __rrshift__ = _ufunc(np.right_shift)
     __lt__, _ = _ufunc(np.less)
     __le__, _ = _ufunc(np.less_equal)
     __gt__, _ = _ufunc(np.greater)
@@ -196,6 +198,8 @@ class Traced(Var):
     __iand__ = _inplace("bitwise_and")
     __ior__ = _inplace("bitwise_or")
     __ixor__ = _inplace("bitwise_xor")
+    __ilshift__ = _inplace("left_shift")
+    __irshift__ = _inplace("right_shift")
     del _
 
     def __divmod__(self, o: Any) -> Any:
@@ -352,16 +356,17 @@ def _ufunc_method(u: np.ufunc, method: str, inputs: tuple[Any, ...], dtype: Any)
 
 
 def trace(fn: Callable[..., Any], specs: Sequence[tuple[DType, tuple[int, ...]]],
-          name: str = "") -> tuple[Program, list[np.ndarray]]:
-    """Trace ``fn`` on one ``Traced`` per argument spec: the program, and the NumPy
-    arrays it captured (its hidden inputs, after the arguments, in order)."""
+          name: str = "") -> tuple[Program, list[np.ndarray], list[Baked]]:
+    """Trace ``fn`` on one ``Traced`` per argument spec: the program, the NumPy arrays
+    it reads as hidden inputs (after the arguments, in order) and those it baked in as
+    constants (with their contents then: the trace holds while they do)."""
     args = [Traced(B.ldg(i, d, s), view=ARG) for i, (d, s) in enumerate(specs)]
     with tracing(len(specs)) as t:
         result = fn(*args)
         outs = result if isinstance(result, (tuple, list)) else (result,)
         stores = [B.stg(_output(o, i, t), i) for i, o in enumerate(outs)]
     inputs = [*specs, *((to_dtype(a.dtype), a.shape) for a in t.arrays)]
-    return Program(stores, inputs, name=name), list(t.arrays)
+    return Program(stores, inputs, name=name), list(t.arrays), list(t.baked)
 
 
 def _output(o: Any, i: int, t: Trace) -> Value:

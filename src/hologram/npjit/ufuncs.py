@@ -75,22 +75,11 @@ def _signbit(x: Value) -> Value:
 
 
 def _invert(x: Value) -> Value:
-    if x.dtype is D.boolean:
-        return L.not_(x)
-    return L.ew(Op.SUB, L.ew(Op.NEG, x), L.k(1, x))  # ~x == -x - 1 in two's complement
+    return B.unary(Op.NOT, x)  # ~x on integers, logical not on bool (NumPy's invert)
 
 
 def _logical(f: Callable[[Value, Value], Value]) -> Impl:
     return lambda a, b: f(L.truth(a), L.truth(b))
-
-
-def _bitwise(name: str, f: Callable[[Value, Value], Value]) -> Impl:
-    def g(a: Value, b: Value) -> Value:
-        if a.dtype is not D.boolean:
-            raise unsupported(name, "x1", f"bitwise operations on {a.dtype} are not traced "
-                                          "(only on bool)")
-        return f(a, b)
-    return g
 
 
 def _float_via_f64(f: Callable[[Value, Value], Value]) -> Impl:
@@ -242,8 +231,11 @@ UFUNCS: dict[str, Impl] = {
     "equal": L.eq, "not_equal": L.ne, "less": L.lt, "less_equal": L.le,
     "greater": lambda a, b: L.lt(b, a), "greater_equal": lambda a, b: L.le(b, a),
     "logical_and": _logical(L.and_), "logical_or": _logical(L.or_),
-    "logical_xor": _logical(L.xor), "bitwise_and": _bitwise("bitwise_and", L.and_),
-    "bitwise_or": _bitwise("bitwise_or", L.or_), "bitwise_xor": _bitwise("bitwise_xor", L.xor),
+    "logical_xor": _logical(L.xor), "bitwise_and": _binary(Op.AND),
+    "bitwise_or": _binary(Op.OR), "bitwise_xor": _binary(Op.XOR),
+    # NumPy's loops are integer-only (bool shifts as int8): the ISA's shifts saturate
+    # counts outside [0, bits) as NumPy's do
+    "left_shift": _binary(Op.SHL), "right_shift": _binary(Op.SHR),
     "matmul": _matmul, "vecdot": _vecdot,
 }
 
@@ -253,8 +245,6 @@ REFUSED: dict[str, str] = {
     "spacing": "ulp spacing has no ISA instruction",
     "nextafter": "nextafter has no ISA instruction",
     "gcd": "integer gcd has no ISA instruction", "lcm": "integer lcm has no ISA instruction",
-    "left_shift": "shifts have no ISA instruction",
-    "right_shift": "shifts have no ISA instruction",
     "bitwise_count": "popcount has no ISA instruction",
     "isnat": "datetimes cannot be traced",
     "matvec": "use np.matmul(A, v[..., None])[..., 0]",

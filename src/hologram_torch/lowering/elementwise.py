@@ -30,7 +30,7 @@ aten = torch.ops.aten
 
 
 def _logical(kind: str) -> Callable[..., Var]:
-    """and/or/not over bool tensors (integer bitwise ops fail the dtype check first)."""
+    """logical_and/or/not: over the operands' truth (torch gives bool whatever they are)."""
 
     def tr(ctx: Ctx, a: Any, b: Any = None) -> Var:
         if ctx.out.dtype is not torch.bool:
@@ -40,6 +40,33 @@ def _logical(kind: str) -> Callable[..., Var]:
             return not_(p)
         q = as_var(b, dtypes.boolean)
         return or_(p, q) if kind == "or" else and_(p, q)
+
+    return tr
+
+
+#: The dtypes bitwise ops and shifts compute in. Integer tensors ride in f64 between
+#: ops (exact to 2**53); a bitwise op casts them to their own width first, so ~, the
+#: shifts' wrap-around and their saturation are int32's or int64's. Narrower integers
+#: (whose ~ and shifts wrap at 8 or 16 bits) are left to PyTorch.
+_BITWISE_DTYPES: dict[torch.dtype, dtypes.DType] = {
+    torch.int32: dtypes.i32, torch.int64: dtypes.i64, torch.bool: dtypes.boolean}
+
+
+def _bitwise(op: Op) -> Callable[..., Var]:
+    """An ATen bitwise op or shift: one ISA opcode in the tensor's integer dtype (see
+    _BITWISE_DTYPES). On bool the and/or/xor/not opcodes are the logical ops; shift
+    counts outside [0, bits) saturate as ATen's CPU kernels do (0 for <<, the sign for
+    >>)."""
+
+    def tr(ctx: Ctx, a: Any, b: Any = None) -> Var:
+        info = ctx.out[0] if isinstance(ctx.out, tuple) else ctx.out
+        d = _BITWISE_DTYPES.get(info.dtype)
+        if d is None:
+            raise Unsupported(f"bitwise {op} on {info.dtype} (int32, int64 and bool are "
+                              "translated)")
+        x = as_var(a, d)
+        r = unary_op(op, x) if b is None else binary_op(op, x, as_var(b, d))
+        return r.cast(ctx.out_dtype)
 
     return tr
 
@@ -419,9 +446,11 @@ ROWS: dict[Any, Callable[..., Any]] = {
     aten.logical_and: _logical("and"),
     aten.logical_or: _logical("or"),
     aten.logical_not: _logical("not"),
-    aten.bitwise_and: _logical("and"),
-    aten.bitwise_or: _logical("or"),
-    aten.bitwise_not: _logical("not"),
+    **{getattr(aten, name): _bitwise(op) for name, op in (
+        ("bitwise_and", Op.AND), ("bitwise_or", Op.OR), ("bitwise_xor", Op.XOR),
+        ("bitwise_not", Op.NOT), ("bitwise_left_shift", Op.SHL),
+        ("bitwise_right_shift", Op.SHR), ("__and__", Op.AND), ("__or__", Op.OR),
+        ("__xor__", Op.XOR), ("__lshift__", Op.SHL), ("__rshift__", Op.SHR))},
     aten.copy: _copy,
     aten._to_copy: _to_copy,
     torch.ops.prims.convert_element_type: _convert_element_type,
