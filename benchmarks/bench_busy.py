@@ -1,7 +1,8 @@
 """Speed on a busy machine: each workload quiet, then with one core kept busy by a
 background process this benchmark starts and stops itself.
 
-    .venv/bin/python benchmarks/bench_busy.py [--json out.json] [--quick]
+    .venv/bin/python benchmarks/bench_busy.py [--json out.json] [--quick] \
+        [--threading team|openmp]
 
 Workloads, each a PyTorch function run by eager PyTorch, ``torch.compile`` with
 Inductor and ``torch.compile(backend="hologram")``: GELU (tanh form) over 10M float32,
@@ -16,6 +17,11 @@ Targets (issue 21): hologram's busy/quiet slowdown at most 1.5x on every row, an
 hologram ahead of eager in both conditions. On a 2-core machine, a fair share of the
 machine with one core taken is 2/3 of it, so 1.5x is what perfect balancing gives;
 a static split of a loop over 2 threads waits for the descheduled one.
+
+``--threading`` picks who runs hologram's loops: its own thread team (the default;
+it never waits for a thread that has not started) or OpenMP's threads (shared with
+PyTorch's eager ops). Run it once per mode: the two runs' ratios to eager and
+Inductor compare them.
 """
 
 from __future__ import annotations
@@ -73,6 +79,9 @@ def _workloads(quick: bool) -> dict[str, tuple[Callable[[], Any], Callable[[str]
         return step
 
     def bert(backend: str) -> Callable[[], Any]:
+        from hologram_torch.torchvision_import import import_torchvision
+
+        import_torchvision()  # transformers imports torchvision (see that module)
         import transformers
 
         torch.manual_seed(0)
@@ -108,10 +117,20 @@ class BusyCore:
 def main() -> None:
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--only", help="comma-separated substrings of workload names")
+    p.add_argument("--threading", choices=["team", "openmp"],
+                   help="who runs hologram's loops (default: HOLOGRAM_THREADING, else the "
+                        "team)")
     args = p.parse_args()
     import torch
 
+    import hologram
     import hologram_torch  # noqa: F401  (registers the backend)
+    from hologram import threads
+
+    if args.threading:
+        hologram.set_threading(args.threading)
+    print(f"hologram's loops run on: {threads.threading()[0]} ({threads.threading()[1]})",
+          flush=True)
 
     repeat = 3 if args.quick else 9
     report = Report("busy", "Quiet and with one core busy: eager, Inductor, hologram")

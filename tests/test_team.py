@@ -16,6 +16,7 @@ import pytest
 import hologram as hg
 from hologram.compiler import team
 from hologram.compiler.cc import C_PRELUDE, CCompiler
+from hologram.ops import composites as C
 
 # A chunk function that counts each index's visits and records the thread, and one
 # that calls the team again from inside a chunk (nested).
@@ -37,6 +38,15 @@ static void nested(void *ctx, int64_t lo, int64_t hi, int tid) {
 }
 void run_nested(int32_t *c, int64_t n) { hg_par_nt(nested, c, n, 1, 2); }
 """
+
+
+@pytest.fixture(scope="module", autouse=True)
+def on_the_team():
+    """These tests are about the team (the default, unless HOLOGRAM_THREADING says
+    otherwise)."""
+    hg.set_threading("team")
+    yield
+    hg.set_threading(None)
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +155,36 @@ def test_kernels_run_on_the_team():
             np.testing.assert_allclose(f(x), want, rtol=1e-5, atol=1e-4)
     finally:
         hg.set_num_threads(None)
+
+
+def test_openmp_mode_gives_the_same_bits():
+    """``set_threading("openmp")`` runs the same chunk functions in OpenMP regions:
+    every result is bit for bit the team's, the whole-array sum included."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(1 << 20).astype(np.float32)
+    m = rng.standard_normal((2048, 300)).astype(np.float32)
+    f = hg.jit(lambda v, w: ((v * 1.5).tanh(), C.softmax(w, axis=-1), w.sum(axis=0), v.sum()))
+    team_out = [np.array(r) for r in f(x, m)]
+    try:
+        hg.set_threading("openmp")
+        omp_out = [np.array(r) for r in f(x, m)]
+    finally:
+        hg.set_threading("team")
+    for a, b in zip(team_out, omp_out, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_threading_mode_sources(monkeypatch):
+    from hologram import threads
+
+    hg.set_threading(None)
+    try:
+        monkeypatch.setenv(threads.THREADING_ENV, "openmp")
+        assert threads.threading() == ("openmp", threads.THREADING_ENV)
+        monkeypatch.setenv(threads.THREADING_ENV, "fibers")
+        mode, why = threads.threading()
+        assert "ignored" in why and mode in threads.THREADING_MODES
+        with pytest.raises(ValueError, match="set_threading: mode must be one of"):
+            hg.set_threading("fibers")
+    finally:
+        hg.set_threading("team")

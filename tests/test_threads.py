@@ -144,14 +144,21 @@ def _same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
         np.testing.assert_array_equal(u, v)
 
 
-def test_results_do_not_depend_on_the_thread_count(ex: hg.Executor) -> None:
+@pytest.fixture(params=["team", "openmp"])
+def threading_mode(request):
+    hg.set_threading(request.param)
+    yield request.param
+    hg.set_threading(None)
+
+
+def test_results_do_not_depend_on_the_thread_count(ex: hg.Executor, threading_mode) -> None:
     one, two, three, again = _run_all([1, 2, 3, 2])
     _same(one, two)
     _same(one, three)
     _same(two, again)
 
 
-def test_results_hold_under_a_background_load(ex: hg.Executor) -> None:
+def test_results_hold_under_a_background_load(ex: hg.Executor, threading_mode) -> None:
     quiet = _run_all([2])[0]
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

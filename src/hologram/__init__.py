@@ -34,7 +34,7 @@ from .interop import default_executor, from_dlpack  # noqa: E402
 from .isa import Program  # noqa: E402
 from .jit import explain, jit  # noqa: E402
 from .memory.output_cache import empty_cache, output_cache  # noqa: E402
-from .threads import get_num_threads, set_num_threads  # noqa: E402
+from .threads import get_num_threads, set_num_threads, set_threading  # noqa: E402
 
 __all__ = [
     "BackendType", "BackendUnavailableError", "Buffer", "Executor", "HologramError",
@@ -42,5 +42,6 @@ __all__ = [
     "Program", "VerifyError", "__version__", "available_backends", "backend",
     "default_executor", "empty_cache", "errors", "explain", "from_dlpack",
     "get_default_backend", "get_num_threads", "is_cuda_available", "is_metal_available",
-    "isa", "jit", "numpy", "ops", "output_cache", "set_num_threads", "validate_backend",
+    "isa", "jit", "numpy", "ops", "output_cache", "set_num_threads", "set_threading",
+    "validate_backend",
 ]

@@ -108,7 +108,10 @@ def thread_route() -> str:
     from . import threads
 
     t = threads.detect()
-    return f"{t.count} ({t.source})" + "".join(f"; {why}" for why in t.ignored)
+    mode, why = threads.threading()
+    who = "hologram's thread team" if mode == "team" else "OpenMP's threads"
+    return (f"{t.count} ({t.source})" + "".join(f"; {w}" for w in t.ignored)
+            + f", on {who} ({why})")
 
 
 def format_info(info: dict[str, Any]) -> str:

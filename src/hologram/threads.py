@@ -141,3 +141,59 @@ def set_num_threads(n: int | None) -> None:
 def get_num_threads() -> int:
     """The thread count hologram's CPU kernels run with."""
     return detect().count
+
+
+# --- who runs the parallel loops: hologram's team or OpenMP -------------------------------
+#: ``HOLOGRAM_THREADING``: ``team`` (hologram's own thread team, ``compiler/team.py``; the
+#: default) or ``openmp`` (the process's OpenMP runtime, which PyTorch's eager ops use
+#: too). The team never waits for a thread the OS has not started, so it holds up on a
+#: busy machine (bench_busy: slowdowns 1.3-2.1x against OpenMP's 1.5-2.8x, docs/perf.md
+#: session 11). OpenMP suits a process that alternates quickly between PyTorch eager
+#: ops and hologram kernels: PyTorch's OpenMP threads spin for milliseconds after each
+#: op and share the cores with a separate team (a GPT-2 training step, AdamW in eager,
+#: ran 3% slower on the team; a 1-2 ms kernel right after a torch op, 1.5-3x).
+THREADING_ENV = "HOLOGRAM_THREADING"
+THREADING_MODES = ("team", "openmp")
+_MODE: str | None = None
+_TEAM_LIBS: list[tuple[Any, Any]] = []  # (library, () -> the team's address)
+
+
+def threading() -> tuple[str, str]:
+    """Who runs hologram's parallel loops, and why (see ``set_threading``)."""
+    if _MODE is not None:
+        return _MODE, "hologram.set_threading"
+    raw = os.environ.get(THREADING_ENV, "").strip().lower()
+    if raw in THREADING_MODES:
+        return raw, THREADING_ENV
+    why = (f"{THREADING_ENV}={raw!r} ignored: expected one of {', '.join(THREADING_MODES)}; "
+           if raw else "")
+    return "team", why + "default"
+
+
+def _point(lib: Any, address: Any) -> None:
+    ctypes.c_void_p.in_dll(lib, "hg_team").value = (address() if threading()[0] == "team"
+                                                     else None)
+
+
+def bind_team(lib: Any, address: Any) -> None:
+    """Point a newly loaded kernel library's ``hg_team`` at the team (``address()``
+    builds it on first use) or at nothing (its loops then open OpenMP regions)."""
+    _TEAM_LIBS.append((lib, address))
+    _point(lib, address)
+
+
+def set_threading(mode: str | None) -> None:
+    """Run hologram's parallel loops on its own thread team (``"team"``) or on OpenMP's
+    (``"openmp"``); ``None``: back to ``HOLOGRAM_THREADING`` or the default.
+
+    The team never waits for a thread the OS has not scheduled (a machine whose other
+    cores are busy); OpenMP shares its threads with PyTorch's eager ops in the same
+    process, whose threads otherwise spin for a while after each op and take cores
+    from the team."""
+    global _MODE
+    if mode is not None and mode not in THREADING_MODES:
+        raise ValueError(f"set_threading: mode must be one of {THREADING_MODES} or None, "
+                         f"got {mode!r}")
+    _MODE = mode
+    for lib, address in _TEAM_LIBS:
+        _point(lib, address)

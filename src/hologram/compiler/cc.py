@@ -114,21 +114,30 @@ THREADS_C = "\n".join([
     "#endif",
     "typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);",
     "typedef void (*hg_team_fn)(hg_chunk_fn, void *, int64_t, int64_t, int);",
-    "hg_team_fn hg_team = 0; /* compiler/team.py's hg_team_run, set when loaded */",
-    "/* fn(ctx, lo, hi, tid) over 0..n in chunks of `chunk`, on hologram's thread team */",
+    "/* compiler/team.py's hg_team_run, or NULL for OpenMP (hologram.threads decides) */",
+    "hg_team_fn hg_team = 0;",
+    "/* fn(ctx, lo, hi, tid) over 0..n, one call per whole chunk of `chunk` iterations",
+    "   (a chunk function may store a partial per chunk), on up to nt threads */",
     "static inline void hg_par_nt(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk,",
     "                             int64_t nt) {",
-    "  if (hg_team && nt > 1 && n > chunk) hg_team(fn, ctx, n, chunk, (int)nt);",
-    "  else if (n > 0) fn(ctx, 0, n, 0);",
+    "  if (n <= 0) return;",
+    "  if (chunk < 1) chunk = 1;",
+    "  if (nt > 1 && n > chunk) {",
+    "    if (hg_team) { hg_team(fn, ctx, n, chunk, (int)nt); return; }",
+    "#ifdef _OPENMP",
+    "    const int64_t chunks = (n + chunk - 1) / chunk;",
+    "#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)",
+    "    for (int64_t c = 0; c < chunks; c++) {",
+    "      const int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;",
+    "      fn(ctx, lo, hi, omp_get_thread_num());",
+    "    }",
+    "    return;",
+    "#endif",
+    "  }",
+    "  for (int64_t lo = 0; lo < n; lo += chunk) fn(ctx, lo, lo + chunk < n ? lo + chunk : n, 0);",
     "}",
     "static inline void hg_par(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk) {",
     "  hg_par_nt(fn, ctx, n, chunk, HG_NT);",
-    "}",
-    "/* hg_par for a chunk function that needs each call to be one whole chunk",
-    "   (it stores a partial per chunk): on one thread too, chunk by chunk */",
-    "static inline void hg_par_chunks(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk) {",
-    "  if (hg_team && HG_NT > 1 && n > chunk) { hg_team(fn, ctx, n, chunk, HG_NT); return; }",
-    "  for (int64_t lo = 0; lo < n; lo += chunk) fn(ctx, lo, lo + chunk < n ? lo + chunk : n, 0);",
     "}",
     "",
 ])
@@ -482,14 +491,15 @@ class CCompiler:
 
 def _bind_team(cc: CCompiler, lib: ctypes.CDLL) -> None:
     """Point a kernel library's ``hg_team`` at the process's one thread team
-    (``compiler/team.py``); a library without parallel loops has no such pointer."""
+    (``compiler/team.py``), or leave it to OpenMP (``hologram.threads`` decides which);
+    a library without parallel loops has no such pointer."""
     try:
-        slot = ctypes.c_void_p.in_dll(lib, "hg_team")
+        ctypes.c_void_p.in_dll(lib, "hg_team")
     except ValueError:
         return
     from . import team
 
-    slot.value = team.runtime(cc)
+    threads.bind_team(lib, lambda: team.runtime(cc))
 
 
 _FOUND: dict[tuple[str | None, str | None], CCompiler | None] = {}

@@ -538,7 +538,7 @@ class CRenderer(IndexKernels):
             out.append(f"int {nans}[{n_chunks}];")
         out += [f"void *{acc}_ctx[3] = {{(void *)B, {part}, "
                 f"{nans if nan is not None else 'NULL'}}};",
-                f"hg_par_chunks({fn}, {acc}_ctx, {count}, {chunk});",
+                f"hg_par({fn}, {acc}_ctx, {count}, {chunk});",
                 f"{wide} {acc} = {init(d, self)};"]
         if nan is not None:
             out.append(f"int {nan} = 0;")
