@@ -18,10 +18,10 @@ hologram ahead of eager in both conditions. On a 2-core machine, a fair share of
 machine with one core taken is 2/3 of it, so 1.5x is what perfect balancing gives;
 a static split of a loop over 2 threads waits for the descheduled one.
 
-``--threading`` picks who runs hologram's loops: its own thread team (the default;
-it never waits for a thread that has not started) or OpenMP's threads (shared with
-PyTorch's eager ops). Run it once per mode: the two runs' ratios to eager and
-Inductor compare them.
+``--threading`` picks who runs hologram's loops: its own thread team (it never waits
+for a thread that has not started) or OpenMP's threads (shared with PyTorch's eager
+ops; hologram's default in a process that has imported PyTorch, as this one has).
+Run it once per mode: the two runs' ratios to eager and Inductor compare them.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def main() -> None:
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--only", help="comma-separated substrings of workload names")
     p.add_argument("--threading", choices=["team", "openmp"],
-                   help="who runs hologram's loops (default: HOLOGRAM_THREADING, else the "
-                        "team)")
+                   help="who runs hologram's loops (default: HOLOGRAM_THREADING, else "
+                        "OpenMP, as in any process that has imported PyTorch)")
     args = p.parse_args()
     import torch
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import subprocess
 import sys
 import threading
 
@@ -42,8 +43,8 @@ void run_nested(int32_t *c, int64_t n) { hg_par_nt(nested, c, n, 1, 2); }
 
 @pytest.fixture(scope="module", autouse=True)
 def on_the_team():
-    """These tests are about the team (the default, unless HOLOGRAM_THREADING says
-    otherwise)."""
+    """These tests are about the team: other tests may have imported PyTorch, which
+    makes OpenMP the default (hologram.threads.threading)."""
     hg.set_threading("team")
     yield
     hg.set_threading(None)
@@ -188,3 +189,28 @@ def test_threading_mode_sources(monkeypatch):
             hg.set_threading("fibers")
     finally:
         hg.set_threading("team")
+
+
+def test_importing_hologram_torch_moves_kernels_to_openmp():
+    """In a process that imports PyTorch, OpenMP runs the loops (one pool of threads
+    per process); a kernel loaded before the import moves to it."""
+    pytest.importorskip("torch")
+    code = (
+        "import ctypes\n"
+        "import numpy as np, hologram as hg\n"
+        "from hologram import threads\n"
+        "f = hg.jit(lambda v: v * 2.0)\n"
+        "x = np.ones(1 << 20, np.float32)\n"
+        "f(x)\n"
+        "assert threads.threading()[0] == 'team', threads.threading()\n"
+        "lib = threads._TEAM_LIBS[-1][0]\n"
+        "before = ctypes.c_void_p.in_dll(lib, 'hg_team').value\n"
+        "import hologram_torch\n"
+        "after = ctypes.c_void_p.in_dll(lib, 'hg_team').value\n"
+        "assert threads.threading()[0] == 'openmp', threads.threading()\n"
+        "assert before and not after, (before, after)\n"
+        "assert (f(x) == 2).all()\n")
+    env = {k: v for k, v in os.environ.items() if k != "HOLOGRAM_THREADING"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]

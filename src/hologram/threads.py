@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,14 +145,14 @@ def get_num_threads() -> int:
 
 
 # --- who runs the parallel loops: hologram's team or OpenMP -------------------------------
-#: ``HOLOGRAM_THREADING``: ``team`` (hologram's own thread team, ``compiler/team.py``; the
-#: default) or ``openmp`` (the process's OpenMP runtime, which PyTorch's eager ops use
-#: too). The team never waits for a thread the OS has not started, so it holds up on a
-#: busy machine (bench_busy: slowdowns 1.3-2.1x against OpenMP's 1.5-2.8x, docs/perf.md
-#: session 11). OpenMP suits a process that alternates quickly between PyTorch eager
-#: ops and hologram kernels: PyTorch's OpenMP threads spin for milliseconds after each
-#: op and share the cores with a separate team (a GPT-2 training step, AdamW in eager,
-#: ran 3% slower on the team; a 1-2 ms kernel right after a torch op, 1.5-3x).
+#: ``HOLOGRAM_THREADING``: ``team`` (hologram's own thread team, ``compiler/team.py``) or
+#: ``openmp`` (the process's OpenMP runtime). Unset: the team, except in a process that
+#: has imported PyTorch, whose eager ops run on OpenMP's threads: there hologram shares
+#: that one pool rather than bring a second (two pools of spinning threads on the same
+#: cores slow each other: a kernel right after a torch op ran 1.5-3x slower on the team,
+#: the README demo's step 5% slower, a GPT-2 training step 3%; docs/perf.md, session
+#: 11). The team never waits for a thread the OS has not started, so it holds up better
+#: on a busy machine (bench_busy: slowdowns 1.3-2.1x against OpenMP's 1.5-2.8x).
 THREADING_ENV = "HOLOGRAM_THREADING"
 THREADING_MODES = ("team", "openmp")
 _MODE: str | None = None
@@ -167,6 +168,9 @@ def threading() -> tuple[str, str]:
         return raw, THREADING_ENV
     why = (f"{THREADING_ENV}={raw!r} ignored: expected one of {', '.join(THREADING_MODES)}; "
            if raw else "")
+    if "torch" in sys.modules:
+        return "openmp", why + ("PyTorch is loaded: hologram shares its OpenMP threads "
+                                "(one pool per process)")
     return "team", why + "default"
 
 
@@ -182,6 +186,13 @@ def bind_team(lib: Any, address: Any) -> None:
     _point(lib, address)
 
 
+def rebind() -> None:
+    """Point every loaded library again, as ``threading()`` now says (``hologram_torch``
+    calls this once it has imported PyTorch)."""
+    for lib, address in _TEAM_LIBS:
+        _point(lib, address)
+
+
 def set_threading(mode: str | None) -> None:
     """Run hologram's parallel loops on its own thread team (``"team"``) or on OpenMP's
     (``"openmp"``); ``None``: back to ``HOLOGRAM_THREADING`` or the default.
@@ -195,5 +206,4 @@ def set_threading(mode: str | None) -> None:
         raise ValueError(f"set_threading: mode must be one of {THREADING_MODES} or None, "
                          f"got {mode!r}")
     _MODE = mode
-    for lib, address in _TEAM_LIBS:
-        _point(lib, address)
+    rebind()

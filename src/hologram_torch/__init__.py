@@ -9,6 +9,8 @@ implementations and registered backwards, so they train in eager mode and
 compile under ``torch.compile(fullgraph=True)`` without graph breaks.
 """
 
+from hologram import threads as _threads
+
 from . import functional, nn, utils
 from .compile_backend import hologram_backend
 from .explain import explain
@@ -32,3 +34,7 @@ __all__ = [
     "utils",
     "validate_tensor_compatible",
 ]
+
+# PyTorch is loaded now: kernels loaded before move to its OpenMP threads
+# (hologram.threads.threading says why).
+_threads.rebind()

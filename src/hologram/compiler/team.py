@@ -38,8 +38,12 @@ import ctypes
 import functools
 from typing import Any
 
-#: How long a worker polls for the next job before it sleeps, in microseconds.
-SPIN_US = 100
+#: How long a worker polls for the next job before it sleeps, in microseconds. A
+#: training step leaves 0.1-0.3 ms of Python between its programs: with 100 us the
+#: workers slept through every gap and each program's first kernels paid their wake-up
+#: (16K elements: 19-21 us against 11-12; 1000 us: 11-15, as OpenMP's spinning pool;
+#: docs/perf.md, session 11). OpenMP's libgomp spins longer still by default.
+SPIN_US = 1000
 
 SOURCE = r"""
 /* hologram thread team (compiler/team.py) */
