@@ -214,3 +214,27 @@ def test_importing_hologram_torch_moves_kernels_to_openmp():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_stored_concat_is_one_team_job():
+    """A big stored CONCAT's parts (disjoint windows) are laid end to end as one job,
+    small parts included; every split of the range gives NumPy's result."""
+    from hologram.isa import builder as b
+    from hologram.isa.builder import Var
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((512, 300)).astype(np.float32)
+    y = rng.standard_normal((512, 7)).astype(np.float32)
+    p = b.program(lambda u, v: Var(b.concat([u.v, (v * 2.0).v, (u + 1.0).v], axis=1)),
+                  [("f32", x.shape), ("f32", y.shape)])
+    want = np.concatenate([x, y * 2, x + 1], axis=1)
+    with hg.Executor("cpu") as ex:
+        assert ex.compile(p).source.count("hg_par(k0_chunk, (void *)B, 1536,") == 1
+        try:
+            for n in (1, 2, 3):
+                hg.set_num_threads(n)
+                got = np.empty_like(want)
+                ex.launch(p, [x, y], [got])
+                np.testing.assert_array_equal(got, want)
+        finally:
+            hg.set_num_threads(None)

@@ -173,6 +173,7 @@ class TeamLoop:
     chunk: int
     simd: bool
     pragma: str
+    work: int  # elements of work in the whole loop
 
 
 class CRenderer(IndexKernels):
@@ -188,6 +189,7 @@ class CRenderer(IndexKernels):
     column_reductions = True  # see column_reduction(); GPU dialects turn it off
     concat_loops = True  # see concat_kernel(); GPU dialects keep one loop nest a kernel
     row_scratch = True  # GPU dialects spread a row over threads: no per-thread row copy
+    concat_parallel = False  # concat_kernel: every part's loop on the team (set there)
     #: dtype -> the exp function templates call ({exp}); others get libm's ``exp{f}``.
     #: float32 uses hologram's own inline hg_expf (compiler/c_math.py): faster than
     #: libmvec's and as accurate. GPU dialects keep the device's own expf.
@@ -628,27 +630,54 @@ class CRenderer(IndexKernels):
         return text
 
     def team_kernel(self, name: str, top: Scope, body: list[str]) -> str | None:
-        """The kernel as a chunk function the thread team (``compiler/team.py``) runs
-        over its parallel loop, and the entry point that hands it to the team; None
-        when the kernel is not one parallel loop with only cheap set-up before it (a
-        loop before it, e.g. a whole-array reduction the loop reads, would run once
-        per chunk), and it stays an OpenMP region."""
-        loops = self.team_loops or []
-        if (len(loops) != 1 or self.row_len is not None or not body
-                or not body[0].startswith(loops[0].token)
+        """The kernel as a chunk function the thread team (``compiler/team.py``) runs,
+        and the entry point that hands it to the team. The kernel's top-level loops
+        must all be parallel loops (a stored CONCAT has one per part, writing disjoint
+        windows): their iterations are laid end to end as one range, and a chunk runs
+        its share of each loop it overlaps. None when the kernel has anything else at
+        its top level, or set-up with a loop of its own before them (e.g. a whole-array
+        reduction the loop reads, which would run once per chunk): it stays OpenMP
+        regions."""
+        loops = {t.token: t for t in self.team_loops or []}
+        if (not loops or self.row_len is not None or not body
                 or any("for (" in ln or "#pragma" in ln for ln in top.lines)):
             return None
-        t = loops[0]
-        head = [f"static void {name}_chunk(void *ctx, int64_t lo, int64_t hi, int tid) {{",
-                "  void **B = (void **)ctx;",
-                "  (void)tid;"]
-        header = body[0].replace(t.token, "#pragma omp simd" if t.simd else "").lstrip("\n")
-        header = header.replace(f"{t.var} = 0; {t.var} < {t.count};",
-                                f"{t.var} = lo; {t.var} < hi;")
-        lines = head + ["  " + ln for ln in self.pointer_decls + top.lines
-                        + header.split("\n") + body[1:]]
+        segments: list[tuple[TeamLoop, list[str]]] = []
+        for ln in body:  # header (token first), indented body lines, closing brace
+            token = ln[:ln.index("@*/") + 3] if ln.startswith("/*@team") else None
+            if token in loops:
+                segments.append((loops[token], [ln]))
+            elif segments and (ln.startswith("  ") or ln == "}"):
+                segments[-1][1].append(ln)
+            else:
+                return None
+        if len(segments) != len(loops):
+            return None
+        total = sum(t.count for t, _ in segments)
+        chunk = (segments[0][0].chunk if len(segments) == 1
+                 else dynamic_chunk(total, sum(t.work for t, _ in segments), False))
+        lines = [f"static void {name}_chunk(void *ctx, int64_t lo, int64_t hi, int tid) {{",
+                 "  void **B = (void **)ctx;", "  (void)tid;"]
+        lines += ["  " + ln for ln in self.pointer_decls + top.lines]
+        start = 0
+        for t, seg in segments:
+            header = seg[0].replace(t.token, "#pragma omp simd" if t.simd else "")
+            if len(segments) == 1:
+                header = header.replace(f"{t.var} = 0; {t.var} < {t.count};",
+                                        f"{t.var} = lo; {t.var} < hi;")
+                lines += ["  " + ln for ln in header.lstrip("\n").split("\n") + seg[1:]]
+                break
+            end = start + t.count
+            header = header.replace(f"{t.var} = 0; {t.var} < {t.count};",
+                                    f"{t.var} = hg_lo; {t.var} < hg_hi;")
+            lines += [f"  if (lo < {end} && hi > {start}) {{",
+                      f"    const int64_t hg_lo = lo > {start} ? lo - {start} : 0;",
+                      f"    const int64_t hg_hi = hi < {end} ? hi - {start} : {t.count};"]
+            lines += ["    " + ln for ln in header.lstrip("\n").split("\n") + seg[1:]]
+            lines.append("  }")
+            start = end
         lines += ["}", f"{self.signature(name)} {{",
-                  f"  hg_par({name}_chunk, (void *)B, {t.count}, {t.chunk});", "}"]
+                  f"  hg_par({name}_chunk, (void *)B, {total}, {chunk});", "}"]
         return "\n".join(lines)
 
     def signature(self, name: str) -> str:
@@ -703,7 +732,8 @@ class CRenderer(IndexKernels):
                       + f" num_threads(HG_NT) schedule(dynamic, {chunk})")
             if self.team_loops is not None:  # kernel() decides: the team, or OpenMP
                 token = f"/*@team{len(self.team_loops)}@*/"
-                self.team_loops.append(TeamLoop(token, var, count, chunk, simd, pragma))
+                self.team_loops.append(TeamLoop(token, var, count, chunk, simd, pragma,
+                                                work if work is not None else count))
                 pragma = token
         else:
             pragma = "#pragma omp simd" if simd else ""
@@ -866,6 +896,11 @@ class CRenderer(IndexKernels):
         out: list[str] = []
         start = 0
         self.row_scratch = False  # (instance attribute: this kernel only)
+        # Every part's loop is parallel when the whole is big enough: team_kernel lays
+        # them end to end as one job (an im2col's 49 taps were 49 fork-joins, and small
+        # parts ran on one thread).
+        self.concat_parallel = (self.team_loops is not None and self.row_len is None
+                                and c.size >= self.parallel_min_work)
         try:
             for part in c.srcs:
                 if part.shape[axis]:
@@ -878,6 +913,7 @@ class CRenderer(IndexKernels):
                 start += part.shape[axis]
         finally:
             del self.row_scratch
+            del self.concat_parallel
         return out
 
     def nested_kernel(self, c: Value, k: KernelPlan, top: Scope,
@@ -908,7 +944,7 @@ class CRenderer(IndexKernels):
         body = [self.loop("j", n_inner, False, True, "inner")]
         body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]
         body.append("}")
-        parallel = c.size >= self.parallel_min_work and n_outer > 1
+        parallel = self.concat_parallel or (c.size >= self.parallel_min_work and n_outer > 1)
         out = [self.loop("o", n_outer, parallel, False, "outer", c.size)]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
