@@ -157,6 +157,7 @@ class CRenderer(IndexKernels):
     column_reductions = True  # see column_reduction(); GPU dialects turn it off
     concat_loops = True  # see concat_kernel(); GPU dialects keep one loop nest a kernel
     row_scratch = True  # GPU dialects spread a row over threads: no per-thread row copy
+    in_region = False  # rendering inside concat_kernel's parallel region (set there)
     #: dtype -> the exp function templates call ({exp}); others get libm's ``exp{f}``.
     #: float32 uses hologram's own inline hg_expf (compiler/c_math.py): faster than
     #: libmvec's and as accurate. GPU dialects keep the device's own expf.
@@ -580,7 +581,11 @@ class CRenderer(IndexKernels):
             scale = f" * {self.row_len}" if role == "flat" else ""
             pragma = "#pragma omp simd\n" if simd else ""
             return f"{pragma}for (int64_t {var} = lo{scale}; {var} < hi{scale}; {var}++) {{"
-        if parallel:
+        if parallel and self.in_region:  # inside concat_kernel's one parallel region
+            chunk = dynamic_chunk(count, work, simd)
+            pragma = ("#pragma omp for" + (" simd" if simd else "")
+                      + f" schedule(dynamic, {chunk}) nowait")
+        elif parallel:
             chunk = dynamic_chunk(count, work, simd)
             pragma = ("#pragma omp parallel for" + (" simd" if simd else "")
                       + f" num_threads(HG_NT) schedule(dynamic, {chunk})")
@@ -745,6 +750,10 @@ class CRenderer(IndexKernels):
         out: list[str] = []
         start = 0
         self.row_scratch = False  # (instance attribute: this kernel only)
+        # One parallel region for all parts, each part's loop shared out without a
+        # barrier (parts write disjoint windows): an im2col's taps were one region each,
+        # 49 forks and joins for a 7x7 stem, and every join waited for the slowest thread.
+        self.in_region = self.row_len is None and c.size >= self.parallel_min_work
         try:
             for part in c.srcs:
                 if part.shape[axis]:
@@ -757,6 +766,10 @@ class CRenderer(IndexKernels):
                 start += part.shape[axis]
         finally:
             del self.row_scratch
+            region, self.in_region = self.in_region, False
+        if region:
+            out = ["#pragma omp parallel num_threads(HG_NT)", "{", *("  " + ln for ln in out),
+                   "}"]
         return out
 
     def nested_kernel(self, c: Value, k: KernelPlan, top: Scope,
@@ -765,7 +778,10 @@ class CRenderer(IndexKernels):
         offset (a CONCAT part's window), by default ``c``'s own row-major offset."""
         if c.ndim == 0:  # a scalar: no loops of its own, only the phases it needs
             x = self.emit(c, (), top, False)
-            return self.stores(k, x, Expr("0") if place is None else place(()))
+            stores = self.stores(k, x, Expr("0") if place is None else place(()))
+            if self.in_region:  # one thread stores it
+                return ["#pragma omp single nowait", "{", *("  " + ln for ln in stores), "}"]
+            return stores
         inner_dims = self.inner_axes(c)
         outer_dims = [d for d in range(c.ndim) if d not in inner_dims]
         n_outer = math.prod(c.shape[d] for d in outer_dims)
@@ -787,7 +803,9 @@ class CRenderer(IndexKernels):
         body = [self.loop("j", n_inner, False, True, "inner")]
         body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]
         body.append("}")
-        parallel = c.size >= self.parallel_min_work and n_outer > 1
+        # in concat_kernel's region every part's loop is shared out, or each thread
+        # would run it whole
+        parallel = self.in_region or (c.size >= self.parallel_min_work and n_outer > 1)
         out = [self.loop("o", n_outer, parallel, False, "outer", c.size)]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
