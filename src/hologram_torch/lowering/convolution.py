@@ -3,8 +3,8 @@
 Every convolution here is made of existing ISA instructions (views, GATHER, IOTA,
 element-wise ops and the library GEMM), no instruction of its own:
 
-* **Patches.** Where the stride equals the kernel (no padding, dilation or groups: a
-  vision transformer's patch embedding) every input element falls in one window, so
+* **Patches.** Where the stride equals a kernel larger than 1x1 (no padding, dilation
+  or groups: a vision transformer's patch embedding) every input element falls in one window, so
   the column matrix is a RESHAPE and PERMUTE of the input (no copy before the GEMM).
 * **Taps** (depthwise, average pools). The input, zero-padded (a CONCAT of constant
   parts, which read no memory) and cropped or extended so each spatial size is a
