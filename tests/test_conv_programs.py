@@ -93,3 +93,27 @@ def test_convolution_kernels_compile_for_cuda(name):
     outs = _want(name, x, w, bias).shape[2:]
     p = b.program(_forward(name, outs), [("f32", xs), ("f32", ws), ("f32", (ws[0],))])
     compile_for_gpu(p)
+
+
+def _gemms(fn, specs) -> list:
+    from hologram.isa.opcodes import Op
+
+    return [v for v in b.program(fn, specs).instructions if v.op is Op.GEMM]
+
+
+def test_a_pointwise_convolution_is_one_gemm_per_image():
+    """A 1x1, stride-1 convolution is the weight times the image ``[C, H*W]``: one GEMM
+    per image whose rows are the output channels (channels-first, as stored). The patch
+    path, batched over output rows (m = 7 on ConvNeXt's last stage), ran its MLP's
+    GEMMs at 9 GFLOP/s; a patch embedding (stride = kernel > 1) keeps that path."""
+    def pointwise(x, w):
+        return (conv_nd(x, w, None, (1, 1), (0, 0), (1, 1), 1, (7, 7)),)
+
+    (g,) = _gemms(pointwise, [("f32", (2, 320, 7, 7)), ("f32", (1280, 320, 1, 1))])
+    assert g.shape == (2, 1, 1280, 49)
+
+    def patches(x, w):
+        return (conv_nd(x, w, None, (4, 4), (0, 0), (1, 1), 1, (4, 4)),)
+
+    (g,) = _gemms(patches, [("f32", (1, 3, 16, 16)), ("f32", (8, 3, 4, 4))])
+    assert g.shape[-1] == 8 and g.shape[-2] * g.shape[-3] == 16  # windows x channels

@@ -70,3 +70,42 @@ def test_results_agree_with_the_reference(native_cpu: hg.Executor) -> None:
     got, want = compiled_and_reference(native_cpu, p, [x, *ws])
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5)
+
+
+def _taps_sum(x, w):
+    """A 7x7 depthwise convolution of ``x [C, H+6, W+6]`` (its 49 taps, views, times
+    their weights, summed: ConvNeXt's), read by a mean over channels and a subtraction,
+    as a layer norm reads it."""
+    c, h, wd = x.shape[0], x.shape[1] - 6, x.shape[2] - 6
+    y = None
+    for i in range(7):
+        for j in range(7):
+            t = x.slice((0, i, j), (c, h, wd)) * w.slice((0, 7 * i + j), (c, 1)).reshape(
+                (c, 1, 1))
+            y = t if y is None else y + t
+    mean = y.mean(0)
+    return (y - mean,)
+
+
+def test_a_convolutions_taps_are_not_recomputed_per_reader() -> None:
+    """The taps' sum is read by the mean and by the subtraction: each would recompute
+    all 49 taps, so the work rule stores it; one tap's product read twice (cheap) and
+    a sum too small for a kernel stay inline."""
+    p = b.program(_taps_sum, [("f32", (16, 70, 70)), ("f32", (16, 49))])
+    chosen = [v for v in p.instructions if id(v) in _chosen(p)]
+    assert [v.op.value for v in chosen] == ["add"]
+    assert chosen[0].shape == (16, 64, 64)
+    small = b.program(_taps_sum, [("f32", (2, 14, 14)), ("f32", (2, 49))])
+    assert _chosen(small) == set()
+    cheap = b.program(lambda x: ((x * 2.0) - (x * 2.0).mean(0),), [("f32", (16, 64, 64))])
+    assert _chosen(cheap) == set()
+
+
+def test_stored_taps_agree_with_the_reference(native_cpu: hg.Executor) -> None:
+    p = b.program(_taps_sum, [("f32", (16, 70, 70)), ("f32", (16, 49))])
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 70, 70)).astype(np.float32)
+    x[0, 5, 5], x[3, 7, 9] = np.nan, -np.inf
+    w = rng.standard_normal((16, 49)).astype(np.float32)
+    got, want = compiled_and_reference(native_cpu, p, [x, w])
+    np.testing.assert_allclose(got[0], want[0], rtol=2e-4, atol=2e-5)

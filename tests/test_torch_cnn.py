@@ -55,6 +55,40 @@ def test_pool_forward_backward_in_hologram(name):
     assert _ran_in_pytorch(graphs) == []
 
 
+MAX_POOLS_WITH_INDICES = {
+    "3 s2 p1": lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True),
+    "2 dilated 2, ceil": lambda x: F.max_pool2d(x, 2, 2, 0, 2, ceil_mode=True,
+                                                return_indices=True),
+    "3 s3 p1 dilated 2, ceil": lambda x: F.max_pool2d(x, 3, 3, 1, 2, ceil_mode=True,
+                                                      return_indices=True),
+    "3-D 2 s1 p1": lambda x: F.max_pool3d(x.reshape(2, 3, 2, 4, 9), 2, 1, 1,
+                                          return_indices=True),
+}
+
+
+@pytest.mark.parametrize("name", list(MAX_POOLS_WITH_INDICES))
+def test_max_pool_values_and_indices_match_eager(name):
+    """Max pooling's taps and select chain give ATen's values and indices exactly: ties
+    keep the first, NaN wins (the last NaN's index), a window of -inf keeps its first
+    element inside the input; the index is read (so not dead code) and both results
+    come from hologram."""
+    f = MAX_POOLS_WITH_INDICES[name]
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 3, 8, 9, generator=gen)
+    x[0, 0, 2, 3], x[0, 0, 2, 4], x[1, 2, 5, 5] = float("nan"), float("nan"), float("inf")
+    x[1, 0] = -float("inf")
+    x[0, 1, :4, :4] = 0.5  # ties
+    x = x.transpose(2, 3).contiguous().transpose(2, 3)  # a non-contiguous input
+    cf = torch.compile(f, backend="hologram")
+    with collect_graphs() as graphs:
+        got = cf(x)
+    want = f(x)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got[1], want[1])
+    assert _ran_in_pytorch(graphs) == []
+
+
 def _cnns() -> dict:
     tv = import_torchvision()
     timm = pytest.importorskip("timm")

@@ -432,6 +432,17 @@ def step_operands(step: Step, sched: Schedule) -> list[Value]:
 # more than the reads it saves).
 SHARED_MIN_READS = 2
 SHARED_MIN_SIZE = 1 << 16
+# A value whose readers would each recompute it (it is inlined into every one) is
+# stored once when (readers - 1) x its work per element reaches this: the work is the
+# instructions and full-size reads of its inlined expression. A 7x7 depthwise
+# convolution (49 taps) read by a layer norm's three phases, or a normalized activation
+# read by 49 taps of the next convolution, were recomputed by each (docs/perf.md,
+# "Session 11, CNN"). From this size up: below it a kernel launch costs more.
+SHARED_MIN_WORK = 64
+SHARED_WORK_MIN_SIZE = 1 << 12
+_WORK_CAP = 1 << 20
+_RECOMPUTED = ELEMENTWISE | {Group.CONCAT}  # what the work rule may store
+
 # Groups a kernel computes inline from its operands; every other value has a buffer.
 _INLINED = ELEMENTWISE | {Group.MOVEMENT, Group.REDUCE, Group.CONCAT, Group.GATHER}
 
@@ -452,6 +463,8 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
     index arrays, much smaller than the value, are not counted as full-size reads.
     """
     leaves: dict[int, frozenset[Value]] = {}
+    work: dict[int, int] = {}  # instructions and full-size reads per element, inlined
+    readers = _readers_through_views(program, users)
     chosen: set[int] = set()
     for v in program.instructions:
         if v.op is Op.STG:
@@ -459,14 +472,37 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
         if group(v.op) not in _INLINED or id(v) in forced or id(v) in stored:
             leaves[id(v)] = frozenset([v])
             continue
-        deps = frozenset().union(*(leaves.get(id(s), frozenset()) for s in v.srcs))
-        if (group(v.op) in ELEMENTWISE and v.size >= SHARED_MIN_SIZE
-                and len(users.get(id(v), [])) >= 2
-                and sum(4 * leaf.size >= v.size for leaf in deps) >= SHARED_MIN_READS):
+        srcs = list({id(s): s for s in v.srcs}.values())
+        deps = frozenset().union(*(leaves.get(id(s), frozenset()) for s in srcs))
+        w = min(_WORK_CAP, int(v.op not in MOVEMENT) + sum(
+            work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
+        many = readers.get(id(v), 0) - 1
+        if v.op not in MOVEMENT and (
+                (group(v.op) in ELEMENTWISE and v.size >= SHARED_MIN_SIZE
+                 and len(users.get(id(v), [])) >= 2
+                 and sum(4 * leaf.size >= v.size for leaf in deps) >= SHARED_MIN_READS)
+                or (group(v.op) in _RECOMPUTED and v.size >= SHARED_WORK_MIN_SIZE
+                    and many >= 1
+                    and many * w >= SHARED_MIN_WORK)):
             chosen.add(id(v))
             deps = frozenset([v])
+            w = 1
         leaves[id(v)] = deps
+        work[id(v)] = w
     return chosen
+
+
+def _readers_through_views(program: Program, users: dict[int, list[Value]]
+                           ) -> dict[int, int]:
+    """id(value) -> how many instructions read it, through any chain of views (a layer
+    norm over channels reads a convolution's result through a PERMUTE)."""
+    count: dict[int, int] = {}
+    for v in reversed(program.instructions):
+        n = 0
+        for u in users.get(id(v), []):
+            n += count.get(id(u), 1) if u.op in MOVEMENT else 1
+        count[id(v)] = n
+    return count
 
 
 def users_of(program: Program) -> dict[int, list[Value]]:

@@ -3,8 +3,8 @@
 Every convolution here is made of existing ISA instructions (views, GATHER, IOTA,
 element-wise ops and the library GEMM), no instruction of its own:
 
-* **Patches.** Where the stride equals the kernel (no padding, dilation or groups: a
-  vision transformer's patch embedding) every input element falls in one window, so
+* **Patches.** Where the stride equals a kernel larger than 1x1 (no padding, dilation
+  or groups: a vision transformer's patch embedding) every input element falls in one window, so
   the column matrix is a RESHAPE and PERMUTE of the input (no copy before the GEMM).
 * **Taps** (depthwise, average pools). The input, zero-padded (a CONCAT of constant
   parts, which read no memory) and cropped or extended so each spatial size is a
@@ -147,8 +147,11 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
     if c * kk == 0:  # nothing to sum: the bias alone
         y = Var(const(0, x.dtype, (b, o, *outs)))
         return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
-    if tuple(stride) == kernel and not any(padding) and all(d == 1 for d in dilation) \
-            and groups == 1:  # windows that do not overlap (a patch embedding): views
+    if tuple(stride) == kernel and kk > 1 and not any(padding) \
+            and all(d == 1 for d in dilation) and groups == 1:
+        # windows that do not overlap (a patch embedding): views. Not a 1x1 kernel: its
+        # GEMM here is batched over output rows (m = one row's width, 7 on ConvNeXt's
+        # last stage), and the dense form below is one GEMM per image, channels-first.
         y = _patches(x, kernel, tuple(outs)) @ weight.reshape((o, -1)).T  # [B, *outs, O]
         y = y.permute((0, len(outs) + 1, *range(1, len(outs) + 1)))
         return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y

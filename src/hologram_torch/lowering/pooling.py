@@ -10,14 +10,22 @@ separable, a product of one IOTA expression per spatial dim.
 The adaptive pool's backward multiplies the gradient by a window-membership matrix per
 spatial dim (its windows may overlap and differ in length). Its forward runs as
 PyTorch's decomposition (``lowering.DECOMPOSE``): avg_pool2d where the sizes divide,
-GATHERs otherwise. So does max pooling: a GATHER of the windows, a max with indices,
-and a SCATTER_ADD for its backward.
+GATHERs otherwise. Max pooling forward is the taps too (the input padded with -inf), a
+chain of selects over them that keeps each window's maximum and its index, ATen's CPU
+rule: a later element wins when it is greater or NaN, and a window of -inf alone keeps
+its first element inside the input. The index chain is dead code where nothing reads
+the indices (inference), so a pool there is one fused kernel of taps. PyTorch's
+decomposition (a GATHER of the windows at IOTA-computed indices, in f64) ran ResNet-18's
+stem pool 5-7x slower (docs/perf.md, "Session 11, CNN"). Its backward stays PyTorch's
+decomposition: a SCATTER_ADD.
 
 One translator per ATen op, ``ROWS`` maps each op to it (see
 :mod:`hologram_torch.lowering` for how a translator is written)."""
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,8 +36,8 @@ from hologram.isa import dtypes
 from hologram.isa.builder import Var, const
 from hologram.isa.opcodes import Op
 
-from .context import Ctx, Unsupported, and_, not_
-from .convolution import conv_input_grad, conv_nd
+from .context import Ctx, Unsupported, and_, not_, or_
+from .convolution import conv_input_grad, conv_nd, taps
 
 aten = torch.ops.aten
 
@@ -117,6 +125,52 @@ def _avg_pool_backward(nd: int) -> Callable[..., Var]:
     return run
 
 
+def _max_pool_with_indices(nd: int) -> Callable[..., tuple[Var, Var]]:
+    def run(ctx: Ctx, x: Var, kernel_size: Sequence[int], stride: Sequence[int] = (),
+            padding: Sequence[int] = (0,), dilation: Sequence[int] = (1,),
+            ceil_mode: bool = False) -> tuple[Var, Var]:
+        d = ctx.out_dtype
+        k, s, p = _args(nd, kernel_size, stride, padding)
+        dl = _args(nd, kernel_size, (), dilation)[2]
+        xb = _batched(x.cast(d), nd)
+        shape = tuple(ctx.out[0].shape)
+        out = shape if len(shape) == nd + 2 else (1, *shape)
+        ishape = tuple(ctx.out[1].shape)
+        if math.prod(out) == 0:  # nothing to pool: ATen's empty results
+            return Var(const(0, d, shape)), Var(const(0, dtypes.f64, ishape))
+        sizes = xb.shape[2:]
+        outs = tuple(out[2:])
+        inner = [math.prod(sizes[i + 1:]) for i in range(nd)]  # the index's place values
+        start = [Var(b.iota((1, 1, *outs), 2 + i, dtypes.f64)) * float(s[i]) - float(p[i])
+                 for i in range(nd)]
+        # ATen's initial index: the window's first element inside the input
+        first: Var | None = None
+        for i in range(nd):
+            lo = start[i] + Var(b.unary(Op.CEIL, (start[i] * -1.0 / float(dl[i])).v)).maximum(
+                0.0) * float(dl[i])
+            first = lo * float(inner[i]) if first is None else first + lo * float(inner[i])
+        best: Var | None = None
+        idx = first
+        assert idx is not None
+        for t, pos in zip(taps(xb, k, s, p, dl, outs, fill=-math.inf),
+                          itertools.product(*(range(ki) for ki in k)), strict=True):
+            at: Var | None = None
+            for i in range(nd):
+                c = (start[i] + float(pos[i] * dl[i])) * float(inner[i])
+                at = c if at is None else at + c
+            assert at is not None
+            if best is None:
+                win = or_(t > -math.inf, not_(t.eq(t)))
+                best = t
+            else:
+                win = or_(t > best, not_(t.eq(t)))
+                best = win.where(t, best)
+            idx = win.where(at, idx)
+        assert best is not None
+        return best.reshape(shape), idx.reshape(ishape)
+    return run
+
+
 def _adaptive_weights(n: int, o: int, d: dtypes.DType) -> Var:
     """``A [o, n]``: ``A[j, i] = 1 / len_j`` where input ``i`` is in adaptive window ``j``
     (ATen's windows: ``[floor(j n / o), ceil((j + 1) n / o))``), else 0; from IOTAs."""
@@ -152,6 +206,8 @@ def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
 
 # One row per ATen op (overload packet).
 ROWS: dict[Any, Callable[..., Any]] = {
+    aten.max_pool2d_with_indices: _max_pool_with_indices(2),
+    aten.max_pool3d_with_indices: _max_pool_with_indices(3),
     aten.avg_pool2d: _avg_pool(2),
     aten.avg_pool3d: _avg_pool(3),
     aten.avg_pool2d_backward: _avg_pool_backward(2),
