@@ -397,7 +397,8 @@ def _kernel_entries(cache: Path) -> list[tuple[Path, dict]]:
     out = []
     for meta in cache.glob("*.json"):
         m = json.loads(meta.read_text())
-        if m["parts"].get("purpose") != "probe":
+        # not the compiler probe, nor a shared runtime (the thread team's, issue 21)
+        if m["parts"].get("purpose") != "probe" and "runtime" not in m["parts"]:
             out.append((cache / f"{m['key']}{m['suffix']}", m))
     return out
 
