@@ -34,6 +34,7 @@ from ..compiler.schedule import (
     step_operands,
     view_chain,
 )
+from ..compiler.temp_memory import TempLayout, plan_temps
 from ..isa.index_errors import index_sites, out_of_range
 from ..isa.opcodes import Op
 from ..isa.program import Program
@@ -94,6 +95,30 @@ class CompiledProgram:
     err_slot: int | None = None
     # GEMM steps that take a packed copy of an input as B (MKL), in slot order.
     packs: list[PackSite] = field(default_factory=list)
+    # Where each temp lives in the launch's one scratch block (compiler/temp_memory.py).
+    temp_layout: TempLayout | None = None
+
+    def scratch(self) -> tuple[np.ndarray | None, list[int]]:
+        """One launch's scratch block (alive through the launch) and each temp's address
+        in it. Blocks of 1 MiB and up come from the output cache, so a repeated launch
+        writes pages already mapped instead of faulting in fresh ones."""
+        layout = self.temp_layout
+        if layout is None or not self.temps:
+            return None, []
+        block = output_cache.empty(max(layout.nbytes, 1), np.uint8)
+        base = data_pointer(block)
+        return block, [base + o for o in layout.offsets]
+
+    def temp_arrays(self, block: np.ndarray | None) -> list[np.ndarray]:
+        """The temps as arrays over ``block`` (the array launch path's NumPy steps)."""
+        if block is None:
+            return []
+        assert self.temp_layout is not None
+        out = []
+        for (dt, shape), off in zip(self.temps, self.temp_layout.offsets, strict=True):
+            n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+            out.append(block[off:off + n].view(dt).reshape(shape))
+        return out
 
     def error_record(self) -> np.ndarray | None:
         """A fresh, zeroed error record for one launch (None: nothing to check)."""
@@ -250,11 +275,12 @@ class CPUBackend(Backend):
         else:
             raw_list = list(raw.values())
         sites = index_sites(canon.instructions) if low.err_slot is not None else []
+        layout = plan_temps(low.schedule, fused)
         packs = [PackSite(ref.index, gemms[ref.index].b.ref.index, gemms[ref.index], slot)
                  for ref, slot in sorted(low.slots.items(), key=lambda kv: kv[1])
                  if ref.kind == PACKED_KIND]
         return CompiledProgram(program, canon, low, stats, steps, temps, raw_list, sites,
-                               low.err_slot, packs)
+                               low.err_slot, packs, layout)
 
     @staticmethod
     def _raw(lib: Any, name: str) -> Any:
@@ -324,8 +350,8 @@ class CPUBackend(Backend):
             if not temps and not packed:
                 fn(table_type(*pointers))
                 return
-            scratch = [output_cache.empty(s, d) for d, s in temps]  # alive through the call
-            table = table_type(*pointers, *map(data_pointer, scratch))
+            block, scratch = compiled.scratch()  # the block: alive through the call
+            table = table_type(*pointers, *scratch)
             _put_packed(table, pack_slots, packed)
             fn(table)
 
@@ -336,7 +362,7 @@ class CPUBackend(Backend):
                                   ) -> Callable[[Sequence[int], Sequence[int]], None]:
         """A raw-address launch of a program that indexes at run time: each call gets its
         own error record (the slot after the arena's), checked when the kernel returns."""
-        fn, temps = compiled.raw_kernels[0], compiled.temps
+        fn = compiled.raw_kernels[0]
         table_type = ctypes.c_void_p * compiled.lowered.n_slots
         pack_slots = [p.slot for p in compiled.packs]
 
@@ -344,9 +370,9 @@ class CPUBackend(Backend):
             if len(pointers) != n:
                 raise ValueError(f"expected {n} addresses (inputs, then outputs), "
                                  f"got {len(pointers)}")
-            scratch = [output_cache.empty(s, d) for d, s in temps]  # alive through the call
+            block, scratch = compiled.scratch()  # the block: alive through the call
             err = np.zeros(2, np.int64)
-            table = table_type(*pointers, *map(data_pointer, scratch), None, data_pointer(err))
+            table = table_type(*pointers, *scratch, None, data_pointer(err))
             _put_packed(table, pack_slots, packed)
             fn(table)
             compiled.check_index_errors(err)
@@ -378,8 +404,9 @@ class CPUBackend(Backend):
         none), made by ``pack`` from the very memory ``inputs`` pass."""
         if self._fallback is not None:
             return self._fallback.launch(compiled, inputs, outputs, arena)
-        # Temps of 1 MiB or more reuse cached blocks: fresh pages would fault each launch.
-        arrays = [*inputs, *outputs, *(output_cache.empty(s, d) for d, s in compiled.temps)]
+        # Temps share one block (1 MiB or more: cached, so pages are not faulted in anew).
+        block, _ = compiled.scratch()
+        arrays = [*inputs, *outputs, *compiled.temp_arrays(block)]
         arrays.append(arena if arena is not None else _NO_ARENA)
         err = compiled.error_record()
         if err is not None:
