@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .schedule import AttentionPlan, BufRef, GemmPlan, KernelPlan, Schedule, Step, view_root
+from .schedule import AttentionPlan, BufRef, GemmPlan, KernelPlan, Schedule, Step, step_operands
 
 #: Every temp starts on a cache line (and an AVX-512 vector): the block itself is
 #: 64-byte aligned (``memory.boundary.ALIGNMENT``).
@@ -48,34 +48,19 @@ def _nbytes(ref: BufRef) -> int:
 
 def step_temps(step: Step, sched: Schedule) -> set[int]:
     """Indices of the temps ``step`` reads or writes: its destinations, its scratch, and
-    the buffers under its expressions (a GEMM's: under its operands' views)."""
+    the buffers under its expressions (a GEMM's: under its operands' views), as
+    ``schedule.step_operands`` finds them."""
     bufs = sched.buffers
-    refs: list[BufRef] = []
+    refs = [bufs[id(x)] for x in step_operands(step, sched) if id(x) in bufs]
     if isinstance(step, GemmPlan):
         refs.append(step.out)
-        for s in step.value.srcs:
-            root = bufs.get(id(view_root(s, bufs)))
-            if root is not None:
-                refs.append(root)
     else:
-        sinks = step.all_sinks if isinstance(step, KernelPlan) else step.sinks
-        refs.extend(d for _, d in sinks)
-        scratch = step.scratch if isinstance(step, KernelPlan) else (
-            [step.scratch] if isinstance(step, AttentionPlan) and step.scratch else [])
-        refs.extend(scratch)
-        stack = [v for v, _ in sinks]
-        seen: set[int] = set()
-        while stack:
-            x = stack.pop()
-            if id(x) in seen:
-                continue
-            seen.add(id(x))
-            ref = bufs.get(id(x))
-            if ref is not None:
-                refs.append(ref)
-                if not any(x is v for v, _ in sinks):
-                    continue  # a buffer read: the expression under it is another step's
-            stack.extend(x.srcs)
+        refs.extend(d for _, d in (step.all_sinks if isinstance(step, KernelPlan)
+                                   else step.sinks))
+        if isinstance(step, KernelPlan):
+            refs.extend(step.scratch)
+        elif isinstance(step, AttentionPlan) and step.scratch:
+            refs.append(step.scratch)
     return {r.index for r in refs if r.kind == "tmp"}
 
 
