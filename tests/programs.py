@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -132,6 +134,26 @@ def _attn_step(x: Var, y: Var, i: int, j: int) -> Var:
     return Var(lse) if i % 3 == 0 else Var(out)
 
 
+def _replay(plan: list[tuple[str, int, int]],
+            step: Callable[[str, int, int, Var, Var], Var | None]) -> Callable[..., Any]:
+    """The program a drawn plan builds: each entry applies ``step`` to two earlier
+    values (``None``: the step does not apply to them; a ValueError: their shapes do
+    not broadcast, skip it); the outputs are the last new value and a middle one."""
+    def fn(*xs: Var):
+        vals = list(xs)
+        for kind, i, j in plan:
+            try:
+                v = step(kind, i, j, vals[i % len(vals)], vals[j % len(vals)])
+            except ValueError:
+                continue
+            if v is not None:
+                vals.append(v)
+        outs = vals[len(xs):] or vals
+        return outs[-1], outs[len(outs) // 2]
+
+    return fn
+
+
 @st.composite
 def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False,
              attention: bool = False,
@@ -166,47 +188,39 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False,
         plan.append((kind, draw(st.integers(0, 10_000)), draw(st.integers(0, 10_000))))
     idt = draw(st.sampled_from(index_dtypes)) if index_dtypes else "i32"
 
-    def fn(*xs: Var):
-        vals = list(xs)
-        for kind, i, j in plan:
-            x = vals[i % len(vals)]
-            y = vals[j % len(vals)]
-            try:
-                if kind == "u":
-                    vals.append(Var(b.unary(UNARY[j % len(UNARY)], x.v)))
-                elif kind == "b":
-                    vals.append(Var(b.elementwise(BINARY[i % len(BINARY)], x.v, y.v)))
-                elif kind == "c":
-                    c = CONSTS[j % len(CONSTS)]
-                    vals.append(x * c if i % 2 else x + c)
-                elif kind == "r" and x.ndim:
-                    axis = j % x.ndim
-                    r = Var(b.reduce(REDUCE[i % len(REDUCE)], x.v, axis, keepdims=True))
-                    vals.append(r if i % 3 else r + x)  # often broadcast back over x
-                elif kind == "sel":
-                    vals.append((x < y).where(x, y))
-                elif kind == "mad":
-                    vals.append(x * y + x)
-                elif kind == "perm" and x.ndim >= 2:
-                    vals.append(x.T)
-                elif kind == "reshape":
-                    vals.append(_reshape_step(x, i))
-                elif kind == "slice" and x.ndim:
-                    vals.append(_slice_step(x, i, j))
-                elif kind == "cat" and x.ndim:
-                    vals.append(_cat_step(x, y, i, j))
-                elif kind == "gemm" and x.ndim:
-                    vals.append(_gemm_step(x, y))
-                elif kind == "attn" and x.ndim >= 2:
-                    vals.append(_attn_step(x, y, i, j))
-                elif kind in ("iota", "gather", "scatter", "scan", "sort") and x.ndim:
-                    vals.append(_index_step(kind, x, y, i, j, idt))
-            except ValueError:
-                continue  # shapes that do not broadcast: skip the step
-        outs = vals[len(xs):] or vals
-        return outs[-1], outs[len(outs) // 2]
+    def step(kind: str, i: int, j: int, x: Var, y: Var) -> Var | None:
+        if kind == "u":
+            return Var(b.unary(UNARY[j % len(UNARY)], x.v))
+        elif kind == "b":
+            return Var(b.elementwise(BINARY[i % len(BINARY)], x.v, y.v))
+        elif kind == "c":
+            c = CONSTS[j % len(CONSTS)]
+            return x * c if i % 2 else x + c
+        elif kind == "r" and x.ndim:
+            axis = j % x.ndim
+            r = Var(b.reduce(REDUCE[i % len(REDUCE)], x.v, axis, keepdims=True))
+            return r if i % 3 else r + x  # often broadcast back over x
+        elif kind == "sel":
+            return (x < y).where(x, y)
+        elif kind == "mad":
+            return x * y + x
+        elif kind == "perm" and x.ndim >= 2:
+            return x.T
+        elif kind == "reshape":
+            return _reshape_step(x, i)
+        elif kind == "slice" and x.ndim:
+            return _slice_step(x, i, j)
+        elif kind == "cat" and x.ndim:
+            return _cat_step(x, y, i, j)
+        elif kind == "gemm" and x.ndim:
+            return _gemm_step(x, y)
+        elif kind == "attn" and x.ndim >= 2:
+            return _attn_step(x, y, i, j)
+        elif kind in ("iota", "gather", "scatter", "scan", "sort") and x.ndim:
+            return _index_step(kind, x, y, i, j, idt)
+        return None
 
-    return fn, specs
+    return _replay(plan, step), specs
 
 
 def random_inputs(specs, seed: int, special: bool = True) -> list[np.ndarray]:
@@ -294,44 +308,35 @@ def int_programs(draw, dtype: str = "i32", max_ops: int = 8):
              draw(st.integers(0, 10_000))) for _ in range(draw(st.integers(2, max_ops)))]
     bits = 32 if dtype == "i32" else 64
 
-    def fn(*xs: Var):
-        vals = list(xs)
-        for kind, i, j in plan:
-            x = vals[i % len(vals)]
-            y = vals[j % len(vals)]
-            try:
-                if kind == "b":
-                    vals.append(Var(b.elementwise(INT_BINARY[i % len(INT_BINARY)], x.v, y.v)))
-                elif kind == "k":
-                    n = b.const(shift_counts(bits)[j % 10], dtype, ())
-                    op = (Op.SHL, Op.SHR)[i % 2]
-                    vals.append(Var(b.elementwise(op, x.v, n)))
-                elif kind == "not":
-                    vals.append(Var(b.unary(Op.NOT, x.v)))
-                elif kind == "logic":
-                    m1, m2 = (x < y).v, (y < x).v if i % 3 else b.elementwise(Op.CMPEQ, x.v, y.v)
-                    m = (b.unary(Op.NOT, m1) if j % 4 == 0 else
-                         b.elementwise(BOOL_BINARY[j % 3], m1, m2))
-                    vals.append(Var(m).where(x, y))
-                elif kind == "cvt":
-                    vals.append(Var(b.cast(b.elementwise(Op.XOR, (x < y).v, (y < x).v), dtype)))
-                elif kind == "r" and x.ndim:
-                    vals.append(Var(b.reduce((Op.RMAX, Op.RMIN)[i % 2], x.v, j % x.ndim,
-                                             keepdims=True)))
-                elif kind == "perm" and x.ndim >= 2:
-                    vals.append(x.T)
-                elif kind == "reshape":
-                    vals.append(_reshape_step(x, i))
-                elif kind == "slice" and x.ndim:
-                    vals.append(_slice_step(x, i, j))
-                elif kind == "cat" and x.ndim:
-                    vals.append(Var(b.concat([x.v, b.unary(Op.NOT, x.v)], j % x.ndim)))
-            except ValueError:
-                continue  # shapes that do not broadcast: skip the step
-        outs = vals[len(xs):] or vals
-        return outs[-1], outs[len(outs) // 2]
+    def step(kind: str, i: int, j: int, x: Var, y: Var) -> Var | None:
+        if kind == "b":
+            return Var(b.elementwise(INT_BINARY[i % len(INT_BINARY)], x.v, y.v))
+        elif kind == "k":
+            n = b.const(shift_counts(bits)[j % 10], dtype, ())
+            op = (Op.SHL, Op.SHR)[i % 2]
+            return Var(b.elementwise(op, x.v, n))
+        elif kind == "not":
+            return Var(b.unary(Op.NOT, x.v))
+        elif kind == "logic":
+            m1, m2 = (x < y).v, (y < x).v if i % 3 else b.elementwise(Op.CMPEQ, x.v, y.v)
+            m = (b.unary(Op.NOT, m1) if j % 4 == 0 else
+                 b.elementwise(BOOL_BINARY[j % 3], m1, m2))
+            return Var(m).where(x, y)
+        elif kind == "cvt":
+            return Var(b.cast(b.elementwise(Op.XOR, (x < y).v, (y < x).v), dtype))
+        elif kind == "r" and x.ndim:
+            return Var(b.reduce((Op.RMAX, Op.RMIN)[i % 2], x.v, j % x.ndim, keepdims=True))
+        elif kind == "perm" and x.ndim >= 2:
+            return x.T
+        elif kind == "reshape":
+            return _reshape_step(x, i)
+        elif kind == "slice" and x.ndim:
+            return _slice_step(x, i, j)
+        elif kind == "cat" and x.ndim:
+            return Var(b.concat([x.v, b.unary(Op.NOT, x.v)], j % x.ndim))
+        return None
 
-    return fn, specs
+    return _replay(plan, step), specs
 
 
 def random_int_inputs(specs, seed: int) -> list[np.ndarray]:
