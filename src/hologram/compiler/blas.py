@@ -80,16 +80,6 @@ typedef void (*hg_gemm_fn)(const hg_gemm_desc *, const void *, const void *, voi
 PARALLEL_MIN_FLOPS = 1 << 20
 #: Tiles thinner than this many rows (or columns) make BLAS's packing dominate.
 MIN_TILE = 16
-#: Tiles the thread team hands out per thread for a product that is not already cut
-#: into many (a batch). More tiles would let the others take the share of a thread the
-#: OS starts late, but cost quiet speed: measured on the 2-core VM (docs/perf.md,
-#: session 11; GEMM+bias+GELU, interleaved), 4 tiles per thread ran 512x1024x4096 in
-#: 14.4-14.6 ms quiet against 13.0-13.4 with 1 (22.7-23.9 against 26.6-27.7 with the
-#: other core busy), and 5-10% slower quiet on the transformer shapes; 2 gained nothing
-#: busy. GEMM is most of a model's time, so quiet speed wins.
-TILES_PER_THREAD = 1
-#: ... but only where each of those tiles keeps this many rows (or columns).
-SPLIT_TILE = 64
 #: Packed copies of B (MKL) pay from 2 rows up: at 1 row (a matrix-vector product) the
 #: packed product ran slower than the plain one (84 against 148 GFLOP/s, 1 x 768 x 768,
 #: two threads), at 2 rows faster (225 against 207), at 4 rows 343 against 235
@@ -375,15 +365,14 @@ void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_ep
   }
   const int64_t es = d->f64 ? 8 : 4;
   const int64_t nt = hg_threads_for(d);
-  /* Tiles along the longer side of each product; nb * per a multiple of nt (balance),
-     HG_TILES_PER_THREAD per thread where tiles stay HG_SPLIT_TILE wide, so a thread
-     that starts late leaves its share to the others rather than a whole half. */
+  /* Tiles along the longer side of each product; nb * per a multiple of nt (balance).
+     One tile per thread: more would let the team hand a late thread's share to the
+     others, but each column tile packs A again, and 4 per thread ran 5-12% slower
+     quiet on the models' shapes, gaining only with a core busy (docs/perf.md,
+     session 11). */
   const int rows = d->m >= d->n;
   const int64_t len = rows ? d->m : d->n;
   int64_t per = nt / hg_gcd(d->nb, nt);
-  if (nt > 1 && d->nb * per < nt * HG_TILES_PER_THREAD
-      && len / (per * HG_TILES_PER_THREAD) >= HG_SPLIT_TILE)
-    per *= HG_TILES_PER_THREAD;
   if (per > len / HG_MIN_TILE) per = len / HG_MIN_TILE;
   if (per < 1) per = 1;
   hg_tiles_ctx x = {d, (const char *)A + d->oa * es, (const char *)B + d->ob * es,
@@ -668,9 +657,7 @@ def _runtime_lib(cc: Any) -> Any:
     if blas is None or cc is None:
         return None
     defines = (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
-               f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n"
-               f"#define HG_TILES_PER_THREAD {TILES_PER_THREAD}\n"
-               f"#define HG_SPLIT_TILE {SPLIT_TILE}\n")
+               f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n")
     from .cc import CompileError
 
     try:

@@ -167,8 +167,6 @@ static int hg_grow(int want) {
   return hg_workers + 1;
 }
 
-int hg_team_size(void) { return hg_workers + 1; }
-
 /* Tests: while `held` is non-zero, workers claim nothing, as if the OS never ran them. */
 void hg_team_hold(int held) { atomic_store(&hg_held, held); }
 
