@@ -174,23 +174,23 @@ def threading() -> tuple[str, str]:
     return "team", why + "default"
 
 
-def _point(lib: Any, address: Any) -> None:
-    ctypes.c_void_p.in_dll(lib, "hg_team").value = (address() if threading()[0] == "team"
-                                                     else None)
+def _point(lib: Any, address: Any, mode: str) -> None:
+    ctypes.c_void_p.in_dll(lib, "hg_team").value = address() if mode == "team" else None
 
 
 def bind_team(lib: Any, address: Any) -> None:
     """Point a newly loaded kernel library's ``hg_team`` at the team (``address()``
     builds it on first use) or at nothing (its loops then open OpenMP regions)."""
     _TEAM_LIBS.append((lib, address))
-    _point(lib, address)
+    _point(lib, address, threading()[0])
 
 
 def rebind() -> None:
     """Point every loaded library again, as ``threading()`` now says (``hologram_torch``
     calls this once it has imported PyTorch)."""
+    mode = threading()[0]
     for lib, address in _TEAM_LIBS:
-        _point(lib, address)
+        _point(lib, address, mode)
 
 
 def set_threading(mode: str | None) -> None:
