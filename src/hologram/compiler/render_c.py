@@ -479,59 +479,43 @@ class CRenderer(IndexKernels):
             body.row_var = r
         x = self.emit(src, tuple(sub), body, False)
         init, step, red = self.REDUCE_RULES[v.op]
-        is_float = d.kind == "f"
-        lines = [f"{wide} {acc} = {init(d, self)};"]
-        clauses = f"reduction({red}:{acc})"
-        if v.op in (Op.RMAX, Op.RMIN) and is_float:
-            lines.append(f"int {nan} = 0;")
-            clauses += f" reduction(|:{nan})"
-        has_nan = v.op in (Op.RMAX, Op.RMIN) and is_float
+        has_nan = v.op in (Op.RMAX, Op.RMIN) and d.kind == "f"
+        decl = [f"{wide} {acc} = {init(d, self)};"] + ([f"int {nan} = 0;"] if has_nan else [])
+        clauses = f"reduction({red}:{acc})" + (f" reduction(|:{nan})" if has_nan else "")
+        loop = ["  " + ln for ln in body.lines] + ["  " + step(acc, x.code)]
+        if has_nan:
+            loop.append(f"  {nan} |= ({x.code} != {x.code});")
+        loop.append("}")
         if (parallel and self.team_loops is not None and self.row_len is None
                 and not any("for (" in ln or "#pragma" in ln for ln in home.lines)):
-            home.lines.extend(self.team_phase(v.op, d, wide, acc, nan if has_nan else None,
-                                              r, count, clauses, body, x, list(home.lines)))
-            result = f"(({self.ctype(d)}){acc})"
-            if has_nan:
-                result = f"({nan} ? ({self.ctype(d)})NAN : ({self.ctype(d)}){acc})"
-            return self.bind(result, d, kept, home, key)
-        lines += self.phase_head(r, count, clauses, parallel)
-        lines += ["  " + ln for ln in body.lines]
-        lines.append("  " + step(acc, x.code))
-        if has_nan:
-            lines.append(f"  {nan} |= ({x.code} != {x.code});")
-        lines.append("}")
-        lines += self.phase_tail(v.op, acc, wide, nan if has_nan else None)
-        home.lines.extend(lines)
+            home.lines.extend(self.team_phase(v.op, wide, acc, nan if has_nan else None, r,
+                                              count, decl, clauses, loop, list(home.lines)))
+        else:
+            home.lines.extend(decl + self.phase_head(r, count, clauses, parallel) + loop
+                              + self.phase_tail(v.op, acc, wide, nan if has_nan else None))
         result = f"(({self.ctype(d)}){acc})"
-        if v.op in (Op.RMAX, Op.RMIN) and is_float:
-            result = f"({nan} ? ({self.ctype(d)})NAN : ({self.ctype(d)}){acc})"
-        e = Expr(result, kept)
-        out = self.bind(e.code, d, kept, home, key)
-        return out
+        if has_nan:
+            result = f"({nan} ? ({self.ctype(d)})NAN : {result})"
+        return self.bind(result, d, kept, home, key)
 
-    def team_phase(self, op: Op, d: DType, wide: str, acc: str, nan: str | None, r: str,
-                   count: int, clauses: str, body: Scope, x: Expr,
+    def team_phase(self, op: Op, wide: str, acc: str, nan: str | None, r: str, count: int,
+                   decl: list[str], clauses: str, loop: list[str],
                    setup: list[str]) -> list[str]:
         """A whole-array reduction on the thread team: a chunk function (rendered by
         ``kernel()`` once the pointers are known) writes each fixed chunk's partial into
         an array, which the kernel combines in chunk order, so the result is the same
-        for every thread count and for whichever thread ran a chunk. ``setup``: the
-        kernel's lines before the phase (no loops), which the chunk function repeats."""
-        init, step, _ = self.REDUCE_RULES[op]
+        for every thread count and for whichever thread ran a chunk. ``decl`` declares
+        the accumulators, ``loop`` is the phase's loop body through its closing brace,
+        ``setup`` the kernel's lines before the phase (no loops), which the chunk
+        function repeats."""
+        _, step, _ = self.REDUCE_RULES[op]
         chunk = dynamic_chunk(count, None, True)
         n_chunks = -(-count // chunk)
         fn = f"{self.kernel_name}_r{len(self.team_phases)}"
         part, nans = f"{acc}_part", f"{nan}_part"
-        lines = [f"{wide} {acc} = {init(d, self)};"]
-        if nan is not None:
-            lines.append(f"int {nan} = 0;")
-        lines += [f"#pragma omp simd {clauses}",
-                  f"for (int64_t {r} = lo; {r} < hi; {r}++) {{"]
-        lines += ["  " + ln for ln in body.lines]
-        lines.append("  " + step(acc, x.code))
-        if nan is not None:
-            lines.append(f"  {nan} |= ({x.code} != {x.code});")
-        lines += ["}", f"(({wide} *)((void **)ctx)[1])[lo / {chunk}] = {acc};"]
+        lines = decl + [f"#pragma omp simd {clauses}",
+                        f"for (int64_t {r} = lo; {r} < hi; {r}++) {{"] + loop
+        lines.append(f"(({wide} *)((void **)ctx)[1])[lo / {chunk}] = {acc};")
         if nan is not None:
             lines.append(f"((int *)((void **)ctx)[2])[lo / {chunk}] = {nan};")
         self.team_phases.append((fn, setup + lines))
@@ -540,11 +524,8 @@ class CRenderer(IndexKernels):
             out.append(f"int {nans}[{n_chunks}];")
         out += [f"void *{acc}_ctx[3] = {{(void *)B, {part}, "
                 f"{nans if nan is not None else 'NULL'}}};",
-                f"hg_par({fn}, {acc}_ctx, {count}, {chunk});",
-                f"{wide} {acc} = {init(d, self)};"]
-        if nan is not None:
-            out.append(f"int {nan} = 0;")
-        out += [f"for (int64_t {r} = 0; {r} < {n_chunks}; {r}++) {{",
+                f"hg_par({fn}, {acc}_ctx, {count}, {chunk});", *decl,
+                f"for (int64_t {r} = 0; {r} < {n_chunks}; {r}++) {{",
                 f"  {step(acc, f'{part}[{r}]')}"]
         if nan is not None:
             out.append(f"  {nan} |= {nans}[{r}];")
