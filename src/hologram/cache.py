@@ -41,6 +41,7 @@ import stat
 import sys
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -190,6 +191,14 @@ class KernelCache:
     def __init__(self, directory: Path | None = None) -> None:
         self._directory = Path(directory).absolute() if directory is not None else None
         self.stats = CacheStats()
+        self._reset_locks()
+        # A fork while another thread builds (a background prewarm) would leave that
+        # key's lock held forever in the child, which has only the forking thread.
+        if hasattr(os, "register_at_fork"):
+            me = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: (c := me()) and c._reset_locks())
+
+    def _reset_locks(self) -> None:
         self._lock = threading.Lock()  # guards _key_locks and stats
         self._key_locks: dict[str, threading.Lock] = {}
 

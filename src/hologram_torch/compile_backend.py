@@ -1043,6 +1043,10 @@ def _graph_compiler(kind: str, executor: Executor, blas_threads: Any,
     return compile_graph
 
 
+#: Dynamo-graph call targets whose programs call the fused attention driver.
+_ATTENTION_TARGETS = frozenset({"scaled_dot_product_attention", "softmax", "_softmax"})
+
+
 def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                      options: dict[str, Any] | None = None, **_: Any) -> Callable[..., Any]:
     """The dynamo backend: AOT autograd around graphs translated to Atlas ISA programs.
@@ -1078,6 +1082,9 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     if mode not in ("direct", "aot"):
         raise ValueError(f"hologram backend: autograd must be 'direct' or 'aot', got {mode!r}")
     executor = ex if isinstance(ex, Executor) else default_executor(str(ex))
+    # Runtime libraries build on another core while AOT autograd traces (a cold cache).
+    executor.backend.prewarm(attention=any(
+        getattr(n.target, "__name__", "") in _ATTENTION_TARGETS for n in gm.graph.nodes))
     fw = _graph_compiler("forward", executor, blas)
     bw = _graph_compiler("backward", executor, blas)
     decomps = decompositions()

@@ -75,6 +75,12 @@ class Backend(ABC):
         element the program already wrote. No, unless the backend proves it."""
         return False
 
+    def prewarm(self, attention: bool = False) -> None:  # noqa: B027 - nothing to build
+        """Start building, in the background, what the programs about to be compiled
+        will need whatever they hold (runtime libraries), so that a caller that still
+        has work of its own to do (PyTorch tracing a graph) overlaps it; ``attention``:
+        they will call the fused attention driver. Nothing, by default."""
+
     def synchronize(self) -> None:  # noqa: B027 - a no-op is right for host backends
         """Wait for launched work; host backends finish before launch returns."""
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler import aliasing, attention, blas
+from ..compiler import aliasing, attention, blas, prewarm
 from ..compiler.gemm_layout import GemmDesc, gemm_desc, unreadable_operand
 from ..compiler.lower import (
     PACKED_KIND,
@@ -214,11 +214,16 @@ class CPUBackend(Backend):
     def describe(self) -> str:
         return f"cpu (C via {self.cc.id})" if self.cc else "cpu (reference fallback: no C compiler)"
 
+    def prewarm(self, attention: bool = False) -> None:
+        if self.cc is not None:
+            prewarm.start(self.cc, attention)
+
     def compile(self, program: Program) -> Any:
         program.verify()
         if self._fallback is not None:
             return self._fallback.compile(program)
         from ..compiler.cc import C_PRELUDE
+
 
         canon, rules, before = canonical_form(program)
         # The BLAS driver is built (once per process) only when a program has a GEMM.
@@ -232,6 +237,7 @@ class CPUBackend(Backend):
             """Every GEMM step BLAS can run (into ``gemms``); returns those whose B is a
             program input a packed copy could stand in for."""
             gemms.clear()
+            copies = []
             if gemm_rt is not None:
                 for i, st in enumerate(sched.steps):
                     if not isinstance(st, GemmPlan):
@@ -241,8 +247,10 @@ class CPUBackend(Backend):
                         gemms[i] = d
                         continue
                     copy = unreadable_operand(st.value, sched.buffers)
-                    if copy is not None:  # planned again with that view in a buffer
-                        raise NeedsMaterialize(copy)
+                    if copy is not None:
+                        copies.append(copy)
+            if copies:  # planned again with those views in buffers
+                raise NeedsMaterialize(copies[0], copies[1:])
             return [i for i, d in gemms.items() if d.b.ref.kind == "in" and blas.may_pack(d)]
 
         def render(sched: Any, slots: Any) -> str:
@@ -259,10 +267,12 @@ class CPUBackend(Backend):
             bind = lib.hg_bind_gemm
             bind.argtypes, bind.restype = [ctypes.c_void_p], None
             bind(gemm_rt)
-        if any(isinstance(s, AttentionPlan) for s in low.schedule.steps):
+        attn_dtypes = tuple(sorted({s.srcs[0].dtype.name for s in low.schedule.steps
+                                    if isinstance(s, AttentionPlan)}))
+        if attn_dtypes:
             bind = lib.hg_bind_attn
             bind.argtypes, bind.restype = [ctypes.c_void_p], None
-            bind(attention.runtime(self.cc))
+            bind(attention.runtime(self.cc, attn_dtypes))
         stats = ProgramStats(before, compute_instructions(canon), unfused_launches(program),
                              low.launches - len(fused), rules)
         raw = {n: self._raw(lib, n) for n in names.values()}

@@ -366,40 +366,52 @@ static void hg_attn_$S(const hg_attn_desc *d, void *const *P) {
 }
 """)
 
-_TAIL = r"""
+_TAIL = Template(r"""
 void hg_attn(const hg_attn_desc *d, void *const *P) {
   if (d->nb <= 0 || d->L <= 0 || d->S <= 0) return;  /* the rules fold these away */
   if (hg_enter) hg_enter();
-  if (d->f64) hg_attn_f64(d, P);
-  else hg_attn_f32(d, P);
+  $CALL
   if (hg_leave) hg_leave();
 }
-"""
+""")
+#: The C type, exp, log, BLAS routine and its two prototypes, and largest value of each
+#: dtype the driver is built for.
+_DTYPES = {
+    "f32": ("float", "hg_expf", "logf", "hg_sgemm", "sgemm64_t", "sgemm32_t", "FLT_MAX"),
+    "f64": ("double", "exp", "log", "hg_dgemm", "dgemm64_t", "dgemm32_t", "DBL_MAX"),
+}
 
 
-def runtime_source() -> str:
-    """The driver's C source (both dtypes), after the CPU kernels' prelude."""
+def runtime_source(dtypes: tuple[str, ...] = ("f32", "f64")) -> str:
+    """The driver's C source for ``dtypes`` (a program binds a library holding every
+    dtype its attention steps use), after the CPU kernels' prelude."""
     from .cc import C_PRELUDE
 
     typed = [_TYPED.substitute(T=t, S=s, EXP=e, LOG=lg, BLAS=bl, BLAS64=b64, BLAS32=b32,
                                MAX=mx)
-             for t, s, e, lg, bl, b64, b32, mx in (
-                 ("float", "f32", "hg_expf", "logf", "hg_sgemm", "sgemm64_t", "sgemm32_t",
-                  "FLT_MAX"),
-                 ("double", "f64", "exp", "log", "hg_dgemm", "dgemm64_t", "dgemm32_t",
-                  "DBL_MAX"))]
+             for s in dtypes for t, e, lg, bl, b64, b32, mx in [_DTYPES[s]]]
+    call = (f"hg_attn_{dtypes[0]}(d, P);" if len(dtypes) == 1
+            else "if (d->f64) hg_attn_f64(d, P);\n  else hg_attn_f32(d, P);")
     defines = f"#define HG_ATTN_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n"
-    return "\n".join([C_PRELUDE, defines, DESC_C, _HEAD, *typed, _TAIL])
+    return "\n".join([C_PRELUDE, defines, DESC_C, _HEAD, *typed, _TAIL.substitute(CALL=call)])
+
+
+RUNTIME_KEY = {"runtime": "attention"}
 
 
 @functools.cache
-def runtime(cc: Any) -> int:
-    """The address of ``hg_attn`` compiled by ``cc`` (once per process), bound to the BLAS
-    GEMM runs on (``blas.provider()``) and the GEMM driver's thread guard when there is
-    one."""
+def runtime(cc: Any, dtypes: tuple[str, ...] = ("f32",)) -> int:
+    """The address of ``hg_attn`` for ``dtypes`` (sorted names, e.g. ``("f32",)``)
+    compiled by ``cc`` (once per process), bound to the BLAS GEMM runs on
+    (``blas.provider()``) and the GEMM driver's thread guard when there is one. One
+    dtype per library unless a program needs both: a model's first call waits for it,
+    and each dtype is half of its compile time."""
     from . import blas
 
-    lib = cc.compile(runtime_source(), {"runtime": "attention"})
+    if not dtypes or any(d not in _DTYPES for d in dtypes):
+        raise ValueError(f"attention runtime: dtypes must be among {sorted(_DTYPES)}, "
+                         f"got {dtypes!r}")
+    lib = cc.compile(runtime_source(dtypes), RUNTIME_KEY)
     found, _ = blas.provider()
     guard = blas.thread_guard(cc) if found is not None else None
     init = lib.hg_attn_init
@@ -591,5 +603,5 @@ def render_step(name: str, d: AttentionDesc, slots: dict[BufRef, int]) -> str:
             "}")
 
 
-BINDING = ("static hg_attn_fn hg_attn_rt;\n"
-           "void hg_bind_attn(void *fn) { hg_attn_rt = (hg_attn_fn)fn; }")
+BINDING = ("HG_GLOBAL(hg_attn_fn hg_attn_rt, 0);\n#ifndef HG_PART\n"
+           "void hg_bind_attn(void *fn) { hg_attn_rt = (hg_attn_fn)fn; }\n#endif")

@@ -650,18 +650,25 @@ def thread_guard(cc: Any) -> tuple[int, int] | None:
             ctypes.cast(lib.hg_blas_leave, ctypes.c_void_p).value or 0)
 
 
+RUNTIME_KEY = {"runtime": "gemm"}
+
+
+def runtime_source() -> str:
+    """The GEMM driver's C source."""
+    return (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
+            f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n" + RUNTIME_C)
+
+
 @functools.cache
 def _runtime_lib(cc: Any) -> Any:
     """The GEMM driver compiled by ``cc`` and bound to the chosen BLAS (once), or None."""
     blas, _ = provider()
     if blas is None or cc is None:
         return None
-    defines = (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
-               f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n")
     from .cc import CompileError
 
     try:
-        lib = cc.compile(defines + RUNTIME_C, {"runtime": "gemm"})
+        lib = cc.compile(runtime_source(), RUNTIME_KEY)
     except CompileError as e:  # e.g. no pthread.h: np.matmul still works
         warnings.warn(f"hologram: GEMM runs through np.matmul: the BLAS driver did not "
                       f"build: {str(e).splitlines()[0]}", stacklevel=2)

@@ -59,6 +59,7 @@ children are unaffected and get all threads.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import os
 import platform
@@ -105,7 +106,14 @@ def _simd_decls(names: Sequence[str]) -> list[str]:
 #: process's OpenMP runtime may be the one PyTorch loaded (one ``libgomp.so.1`` per
 #: process), and setting its default would change PyTorch's thread count under it.
 THREADS_C = "\n".join([
-    "int hg_num_threads = 0; /* 0: OpenMP's default */",
+    "/* A library built in parts (cc.py's split build) defines its globals in the first",
+    "   part only; the others (-DHG_PART) declare them. */",
+    "#ifdef HG_PART",
+    "#define HG_GLOBAL(decl, init) extern decl",
+    "#else",
+    "#define HG_GLOBAL(decl, init) decl = init",
+    "#endif",
+    "HG_GLOBAL(int hg_num_threads, 0); /* 0: OpenMP's default */",
     "#ifdef _OPENMP",
     "#include <omp.h>",
     "#define HG_NT (hg_num_threads > 0 ? hg_num_threads : omp_get_max_threads())",
@@ -115,7 +123,7 @@ THREADS_C = "\n".join([
     "typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);",
     "typedef void (*hg_team_fn)(hg_chunk_fn, void *, int64_t, int64_t, int);",
     "/* compiler/team.py's hg_team_run, or NULL for OpenMP (hologram.threads decides) */",
-    "hg_team_fn hg_team = 0;",
+    "HG_GLOBAL(hg_team_fn hg_team, 0);",
     "/* fn(ctx, lo, hi, tid) over 0..n, one call per whole chunk of `chunk` iterations",
     "   (a chunk function may store a partial per chunk), on up to nt threads */",
     "static inline void hg_par_nt(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk,",
@@ -160,6 +168,36 @@ C_PRELUDE = "\n".join([
     C_MATH,
     THREADS_C,
 ])
+
+#: Marks the start of one launch step's C in a kernel library (``render_c``): the text
+#: before the first mark is the header every part of a split build repeats.
+PART_MARK = "/* hg:part */"
+#: A library's units are grouped into parts of about this many characters (gcc at -O3
+#: takes ~1 s per 100K here), at most MAX_PARTS. The split depends on the source
+#: alone, so a key's artifact is the same whatever the core count.
+PART_CHARS = 16_000
+MAX_PARTS = 8
+
+
+def split_parts(source: str) -> list[str] | None:
+    """The translation units a split build compiles (the first defines the library's
+    globals, the others see them with ``-DHG_PART``: ``THREADS_C``), or None to build
+    ``source`` whole: a small library, or a source without ``PART_MARK`` units."""
+    header, *units = source.split(PART_MARK + "\n")
+    body = sum(map(len, units))
+    n = min(MAX_PARTS, len(units), -(-body // PART_CHARS))
+    if n < 2:
+        return None
+    groups: list[list[str]] = [[]]
+    done = 0
+    for u in units:  # contiguous runs of about body / n characters each
+        if groups[-1] and done >= body * len(groups) / n:
+            groups.append([])
+        groups[-1].append(u)
+        done += len(u)
+    return [("#define HG_PART 1\n" if i else "") + header
+            + "".join(f"{PART_MARK}\n{u}" for u in g) for i, g in enumerate(groups)]
+
 
 _BASE = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11",
          "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off"]
@@ -411,19 +449,41 @@ class CCompiler:
     def build(self, source: str, out_path: Path, src_path: Path) -> None:
         """Write ``source`` to ``src_path`` and compile it into the shared object ``out_path``.
 
-        Raises :class:`CompileError` with the command, the compiler's full log and
-        the numbered source when the compiler fails or cannot be run.
+        A large kernel library (one with ``PART_MARK`` units, see :func:`split_parts`)
+        is compiled in parts at once, one compiler per part, and linked: a model's
+        library is a second or more of one compiler's time, most of a cold first call
+        after PyTorch's own tracing. Raises :class:`CompileError` with the command, the
+        compiler's full log and the numbered source (of the failing part) when the
+        compiler fails or cannot be run.
         """
         src_path = Path(src_path).absolute()
         src_path.write_text(source, encoding="utf-8")
-        # Run next to the source and name it relatively: the object's symbol table then
-        # holds "kernel.c", not a random temp path, so the same input gives the same
-        # bytes in every process (concurrent builders of one key agree).
-        cmd = self.command_line(Path(out_path).absolute(), Path(src_path.name))
+        out = Path(out_path).absolute()
+        parts = split_parts(source)
+        if parts is None:
+            # Run next to the source and name it relatively: the object's symbol table
+            # then holds "kernel.c", not a random temp path, so the same input gives the
+            # same bytes in every process (concurrent builders of one key agree).
+            self._run(self.command_line(out, Path(src_path.name)), src_path.parent, source)
+            return
+        d = src_path.parent
+        for i, text in enumerate(parts):
+            (d / f"part{i}.c").write_text(text, encoding="utf-8")
+        jobs = [([*self.command, *self.flags, "-c", "-o", f"part{i}.o", f"part{i}.c"], text)
+                for i, text in enumerate(parts)]
+        workers = max(1, min(len(jobs), threads.affinity()))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for f in [pool.submit(self._run, cmd, d, text) for cmd, text in jobs]:
+                f.result()
+        self._run([*self.command, *self.flags, "-o", str(out),
+                   *(f"part{i}.o" for i in range(len(parts))), *self.libs], d, source)
+
+    def _run(self, cmd: list[str], cwd: Path, source: str) -> None:
+        """One compiler command; its failure as :class:`CompileError` showing ``source``."""
         env = {**os.environ, "LC_ALL": "C"}  # plain-ASCII diagnostics
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                               timeout=600, env=env, cwd=src_path.parent)
+                               timeout=600, env=env, cwd=cwd)
         except subprocess.TimeoutExpired as e:
             log = (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) \
                 else (e.stderr or "")

@@ -92,7 +92,7 @@ def lower(program: Program, render: Callable[[Schedule, dict[BufRef, int]], str]
             slots, n = slot_table(sched, error_slot, packed(sched) if packed else ())
             return Lowered(sched, slots, render(sched, slots), n, slots.get(ERROR_RECORD))
         except NeedsMaterialize as e:
-            forced.add(id(e.value))
+            forced.update(id(x) for x in e.values)
     raise RuntimeError("scheduling did not converge")  # pragma: no cover
 
 

@@ -18,12 +18,14 @@ from typing import ClassVar
 from ..isa.dtypes import DType
 from ..isa.opcodes import ELEMENTWISE, MATH_UNARY, SCATTER_STEP, SPECIAL, Group, Op, group
 from ..isa.value import Value, contiguous_strides
-from . import attention, blas, special_math
+from . import attention, blas, shared_bodies, special_math
 from .blas import GEMM_DESC_C
+from .cc import PART_MARK
 from .gemm_layout import GemmDesc
 from .lower import packed_ref
 from .render_index import INDEX_FAIL_C, IndexKernels
 from .schedule import AttentionPlan, BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
+from .shared_bodies import Unit
 
 # C templates for element-wise ops; {0},{1},{2} are operands, {f} the dtype suffix
 # ('f' for float, '' for double), {T} the C type, {exp} the renderer's exp function
@@ -990,8 +992,8 @@ def render_gemm(name: str, d: GemmDesc, slots: dict[BufRef, int],
             "}")
 
 
-GEMM_BINDING = ("static hg_gemm_fn hg_gemm_rt;\n"
-                "void hg_bind_gemm(void *fn) { hg_gemm_rt = (hg_gemm_fn)fn; }")
+GEMM_BINDING = ("HG_GLOBAL(hg_gemm_fn hg_gemm_rt, 0);\n#ifndef HG_PART\n"
+                "void hg_bind_gemm(void *fn) { hg_gemm_rt = (hg_gemm_fn)fn; }\n#endif")
 
 
 def rows_name(name: str) -> str:
@@ -1071,17 +1073,18 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
         parts += [GEMM_DESC_C.strip(), GEMM_BINDING]
     if any(isinstance(st, AttentionPlan) for st in sched.steps):
         parts += [attention.DESC_C.strip(), attention.BINDING]
+    units: list[Unit] = []  # one per launch step: what cc may build in a part of its own
     names = []
     steps = sched.steps
     for i, step in enumerate(steps):
         if i in fused:
             continue
         if isinstance(step, KernelPlan):
-            parts.append(r.kernel(step))
+            units.append(Unit(step.name, (step.name,), r.kernel(step)))
             names.append(step.name)
         elif isinstance(step, AttentionPlan):  # a call of the attention driver
-            parts.append(attention.render_step(step.name, attention.describe(
-                step, sched.buffers), slots))
+            units.append(Unit(step.name, (step.name,), attention.render_step(
+                step.name, attention.describe(step, sched.buffers), slots)))
             names.append(step.name)
         elif i in gemms:
             # The kernels right after the GEMM that work per row of it run on each tile
@@ -1096,25 +1099,30 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
                 tile_values |= {id(x) for x, _ in nxt.sinks}
             name = gemm_step_name(i)
             epilogue = None
+            unit = []
             for j, kp in enumerate(chain, start=i + 1):
-                parts.append(r.rows_kernel(kp, step.value.shape[-1]))
+                unit.append(r.rows_kernel(kp, step.value.shape[-1]))
                 fused.add(j)
             if len(chain) == 1:
                 epilogue = rows_name(chain[0].name)
             elif chain:
                 epilogue = epilogue_name(name)
-                parts.append(f"void {epilogue}(void **B, int64_t lo, int64_t hi) {{\n"
-                             + "".join(f"  {rows_name(kp.name)}(B, lo, hi);\n" for kp in chain)
-                             + "}")
+                unit.append(f"void {epilogue}(void **B, int64_t lo, int64_t hi) {{\n"
+                            + "".join(f"  {rows_name(kp.name)}(B, lo, hi);\n" for kp in chain)
+                            + "}")
             names.append(name)
-            parts.append(render_gemm(name, gemms[i], slots, epilogue,
-                                     slots.get(packed_ref(i))))
+            unit.append(render_gemm(name, gemms[i], slots, epilogue,
+                                    slots.get(packed_ref(i))))
+            units.append(Unit(name, (name, *(kp.name for kp in chain)), "\n\n".join(unit)))
     if r.uses_index_fail:  # a kernel range-checks indices into the launch's error record
         parts.insert(1, INDEX_FAIL_C)
     if r.specials:
         parts.insert(1, special_math.c_source(r.specials))
     parts[1:1] = list(r.sort_helpers.values())
+    texts = shared_bodies.share(units)  # a model's repeated layers compile once
     if len(names) + len(fused) == len(steps) and len(names) > 1:
-        parts.append("void hg_run(void **B) {\n"
+        texts.append("".join(f"void {n}(void **B);\n" for n in names)
+                     + "void hg_run(void **B) {\n"
                      + "".join(f"  {n}(B);\n" for n in names) + "}")
-    return "\n\n".join(parts) + "\n"
+    # Everything before the first unit is the header every part repeats (cc.py).
+    return "\n\n".join(parts + [f"{PART_MARK}\n{t}" for t in texts]) + "\n"

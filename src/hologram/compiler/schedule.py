@@ -15,7 +15,7 @@ so the rule lives in one place.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..isa.dtypes import DType, i64
@@ -111,11 +111,16 @@ class Schedule:
 
 
 class NeedsMaterialize(Exception):
-    """Raised by the renderer: this value must be computed into a buffer first."""
+    """Raised by the renderer: this value must be computed into a buffer first.
 
-    def __init__(self, value: Value) -> None:
+    ``more``: other values found in the same pass that need one too; each retry plans
+    the whole program again, so a pass names every value it can (BERT-base took 74
+    passes, one value each, before they were batched)."""
+
+    def __init__(self, value: Value, more: Sequence[Value] = ()) -> None:
         super().__init__(f"{value.op} needs its own buffer")
         self.value = value
+        self.values = (value, *more)
 
 
 def view_chain(v: Value, buffers: dict[int, BufRef]) -> tuple[Value, list[Value]]:
@@ -183,6 +188,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
 
     users = users_of(program)
     forced |= shared_recomputations(program, users, stored, forced)
+    deferred: list[Value] = []  # forced here: planned again once this pass has found all
     claimed: set[int] = set()  # values a GEMM result is already computed in place of
     attention: dict[tuple, AttentionPlan] = {}  # one step per attention computation
     written: dict[int, Value] = {}  # stored views an attention step writes in place
@@ -203,7 +209,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                     # materializing the view would copy it through a strided loop.
                     root = view_root(s, bufs)
                     forced.add(id(root))
-                    raise NeedsMaterialize(root)
+                    deferred.append(root)
             into = None if id(v) in stored else _in_place_target(v, users, stored, forced)
             # One product per buffer: the tail of x @ a + y @ b has two in-place candidates,
             # and the second GEMM would overwrite the first before the tail reads both.
@@ -217,7 +223,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                 sched.steps.append(GemmPlan(v, bufs[id(v)]))
             copies = stored.get(id(v), [])[1:]
         elif group(v.op) is Group.ATTENTION:
-            _need_views(v, bufs, forced)
+            deferred += _need_views(v, bufs, forced)
             through = None if id(v) in stored or id(v) in forced else \
                 _stored_through(v, users, stored)
             if through is None:
@@ -256,6 +262,8 @@ def plan(program: Program, forced: set[int]) -> Schedule:
             if group(v.op) is Group.SORT:
                 kp.scratch = _sort_scratch(v, sched)
             sched.steps.append(kp)
+    if deferred:
+        raise NeedsMaterialize(deferred[0], deferred[1:])
     merge_siblings(sched)
     return sched
 
@@ -392,15 +400,18 @@ def _stored_through(v: Value, users: dict[int, list[Value]], stored: dict[int, l
     return u, strides
 
 
-def _need_views(v: Value, bufs: dict[int, BufRef], forced: set[int]) -> None:
+def _need_views(v: Value, bufs: dict[int, BufRef], forced: set[int]) -> list[Value]:
     """Make every operand of ``v`` a view chain over a buffer (a library step reads it in
     place): the computed value under a chain that is not gets a buffer (not the view:
-    materializing a transposed view would copy it through a strided loop)."""
+    materializing a transposed view would copy it through a strided loop). Returns
+    those values, now in ``forced``: the plan is made again with them."""
+    roots = []
     for s in v.srcs:
         if not is_view_chain(s, bufs):
             root = view_root(s, bufs)
             forced.add(id(root))
-            raise NeedsMaterialize(root)
+            roots.append(root)
+    return roots
 
 
 def step_operands(step: Step, sched: Schedule) -> list[Value]:

@@ -213,7 +213,15 @@ void hg_team_run(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk, int thread
 def library(cc: Any) -> Any:
     """The team's library compiled by ``cc`` (once per process: one team for every
     kernel library)."""
-    return cc.compile(f"#define HG_SPIN_US {SPIN_US}.0\n" + SOURCE, {"runtime": "team"})
+    return cc.compile(library_source(), RUNTIME_KEY)
+
+
+RUNTIME_KEY = {"runtime": "team"}
+
+
+def library_source() -> str:
+    """The team's C source."""
+    return f"#define HG_SPIN_US {SPIN_US}.0\n" + SOURCE
 
 
 def runtime(cc: Any) -> int:

@@ -1,0 +1,217 @@
+"""What makes a cold first call short: repeated layers compile one shared body, a big
+library compiles in parts at once, the scheduler names every value it must store in
+one pass, and the runtime libraries compile in the background (``prewarm``).
+
+Each is checked for the property it exists for (fewer bodies, several parts, few
+passes, a warm cache) and for results against the reference interpreter.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import hologram as hg
+import hologram.compiler.cc as ccmod
+from hologram.backends.reference import evaluate
+from hologram.compiler import attention, blas, lower, prewarm, shared_bodies
+from hologram.compiler.cc import C_PRELUDE, PART_MARK, CCompiler, CompileError, split_parts
+from hologram.isa import builder as b
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture
+def cpu(native_cpu: hg.Executor) -> hg.Executor:
+    return native_cpu
+
+
+@pytest.fixture
+def private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("HOLOGRAM_CACHE_DIR", str(d))
+    return d
+
+
+def _layers(x, w1, w2, w3):
+    h = x
+    for w in (w1, w2, w3):  # three layers alike: one GEMM + epilogue, one row kernel
+        h = ((h @ w) + 1.0).tanh()
+        h = h - h.max(axis=1, keepdims=True)
+    return h
+
+
+def _specs(n: int = 48) -> list[tuple[str, tuple[int, ...]]]:
+    return [("f32", (n, n))] * 4
+
+
+def _inputs(n: int = 48, seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    xs = [rng.standard_normal((n, n)).astype(np.float32) for _ in range(4)]
+    xs[0][0, :3] = [np.nan, np.inf, -np.inf]
+    return xs
+
+
+def _run(ex: hg.Executor, p, ins: list[np.ndarray]) -> None:
+    want, _ = evaluate(p, ins)
+    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
+    ex.launch(p, ins, got)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+
+
+# --- shared bodies --------------------------------------------------------------------
+def test_repeated_layers_compile_one_body(cpu):
+    p = b.program(_layers, _specs())
+    src = cpu.compile(p).source
+    assert "hg_s0_0(L);" in src, src  # later layers call the first layer's body
+    bodies = len(re.findall(r"void hg_s\d+_\d+\(void \*\*B\) \{", src))
+    wrappers = src.count("void *L[] = {")
+    assert wrappers >= 4 and bodies < wrappers, (bodies, wrappers)
+    for seed in range(2):
+        _run(cpu, p, _inputs(seed=seed))
+
+
+def test_canonical_form_ignores_slots_and_local_numbers():
+    one = shared_bodies.Unit("k3", ("k3",), "void k3(void **B) {\n  float *p7_f32 = "
+                             "(float *)B[7];\n  float t12 = p7_f32[0];\n  "
+                             "((float *)B[9])[0] = t12;\n}")
+    two = shared_bodies.Unit("k8", ("k8",), "void k8(void **B) {\n  float *p20_f32 = "
+                             "(float *)B[20];\n  float t40 = p20_f32[0];\n  "
+                             "((float *)B[2])[0] = t40;\n}")
+    c1, c2 = shared_bodies.canonical(one), shared_bodies.canonical(two)
+    assert c1 is not None and c2 is not None
+    assert c1[0] == c2[0]
+    assert (c1[1], c2[1]) == ([7, 9], [20, 2])
+    texts = shared_bodies.share([one, two])
+    assert "void *L[] = {B[7], B[9]};" in texts[0] and "void *L[] = {B[20], B[2]};" in texts[1]
+    assert texts[1].startswith("void hg_s0_0(void **B);")  # declared, defined once
+
+
+def test_a_unit_that_indexes_the_table_otherwise_keeps_its_text():
+    u = shared_bodies.Unit("k1", ("k1",), "void k1(void **B) { int i = 2; B[i] = 0; }")
+    assert shared_bodies.canonical(u) is None
+    assert shared_bodies.share([u, u]) == [u.text, u.text]
+
+
+def test_lone_units_are_unchanged():
+    u = shared_bodies.Unit("k1", ("k1",), "void k1(void **B) { ((float *)B[3])[0] = 1; }")
+    v = shared_bodies.Unit("k2", ("k2",), "void k2(void **B) { ((float *)B[4])[0] = 2; }")
+    assert shared_bodies.share([u, v]) == [u.text, v.text]
+
+
+# --- split builds ---------------------------------------------------------------------
+def test_a_big_library_builds_in_parts(cpu, monkeypatch, private_cache):
+    monkeypatch.setattr(ccmod, "PART_CHARS", 300)
+    p = b.program(_layers, _specs(40))
+    c = cpu.compile(p)
+    parts = split_parts(c.source)
+    assert parts is not None and len(parts) > 1
+    assert all(t.startswith("#define HG_PART 1\n") for t in parts[1:])
+    assert not parts[0].startswith("#define HG_PART")
+    _run(cpu, p, _inputs(40, seed=3))
+
+
+def test_split_parts_needs_marks_and_size(monkeypatch):
+    assert split_parts("int x;\n") is None
+    monkeypatch.setattr(ccmod, "PART_CHARS", 10)
+    src = "H\n" + "".join(f"{PART_MARK}\nunit{i} " + "x" * 30 + "\n" for i in range(5))
+    parts = split_parts(src)
+    assert parts is not None and len(parts) == 5
+    assert "".join(p.split("H\n", 1)[1] for p in parts) == src.split("H\n", 1)[1]
+    monkeypatch.setattr(ccmod, "MAX_PARTS", 2)
+    assert len(split_parts(src) or []) == 2
+
+
+def test_an_error_in_a_later_part_shows_that_part(monkeypatch, private_cache, tmp_path):
+    cc = CCompiler.find()
+    if cc is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setattr(ccmod, "PART_CHARS", 50)
+    good = [f"void ok{i}(void **B) {{ ((float *)B[0])[0] = {i}.0f; }}\n" for i in range(3)]
+    bad = "void broken(void **B) { this is not C; }\n"
+    src = C_PRELUDE + "\n" + "".join(f"{PART_MARK}\n{u}" for u in (*good, bad))
+    with pytest.raises(CompileError) as e:
+        cc.build(src, tmp_path / "k.so", tmp_path / "k.c")
+    assert "this is not C" in e.value.source and "HG_PART" in e.value.source
+
+
+# --- one scheduling pass names every value to store --------------------------------------
+def test_materialized_operands_are_found_in_one_pass(cpu, monkeypatch):
+    def many(x, w):
+        outs = [(x * float(i + 1)).T @ w for i in range(6)]  # each operand: a computed view
+        acc = outs[0]
+        for o in outs[1:]:
+            acc = acc + o
+        return acc
+
+    calls = []
+    real = lower.plan
+
+    def counting(program, forced):
+        calls.append(1)
+        return real(program, forced)
+
+    monkeypatch.setattr(lower, "plan", counting)
+    p = b.program(many, [("f32", (24, 16)), ("f32", (24, 8))])
+    rng = np.random.default_rng(5)
+    _run(cpu, p, [rng.standard_normal((24, 16)).astype(np.float32),
+                  rng.standard_normal((24, 8)).astype(np.float32)])
+    assert 1 < len(calls) <= 3, len(calls)  # it did need buffers, found in one pass
+
+
+# --- runtime libraries in the background -------------------------------------------------
+def test_prewarm_fills_the_cache(monkeypatch, private_cache):
+    cc = CCompiler.find()
+    if cc is None:
+        pytest.skip("no C compiler")
+    monkeypatch.setattr(prewarm, "_started", set())
+    monkeypatch.setattr(ccmod, "_LOADED", {})
+    started = prewarm.start(cc, attention=True)
+    assert {t.name for t in started} >= {"hologram-prewarm-gemm",
+                                         "hologram-prewarm-attention"}
+    for t in started:
+        t.join(120)
+    for source, key in ((blas.runtime_source(), blas.RUNTIME_KEY),
+                        (attention.runtime_source(("f32",)), attention.RUNTIME_KEY)):
+        assert ccmod.KERNEL_CACHE.lookup(cc.key_parts(key), source) is not None
+    assert prewarm.start(cc, attention=True) == []  # once per process
+
+
+def test_attention_runtime_per_dtype():
+    cc = CCompiler.find()
+    if cc is None:
+        pytest.skip("no C compiler")
+    assert "hg_attn_f64" not in attention.runtime_source(("f32",))
+    assert "if (d->f64)" in attention.runtime_source(("f32", "f64"))
+    with pytest.raises(ValueError, match="dtypes"):
+        attention.runtime(cc, ("f16",))
+
+
+def _child_takes(cache, q) -> None:
+    q.put(cache._key_lock("k").acquire(timeout=5))
+
+
+def test_a_fork_during_a_build_leaves_the_child_unlocked(tmp_path):
+    import multiprocessing as mp
+    import sys
+
+    if sys.platform == "win32" or "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork here")
+    from hologram.cache import KernelCache
+
+    cache = KernelCache(tmp_path)
+    held = cache._key_lock("k")
+    held.acquire()  # as a prewarm thread building key "k" holds it
+    try:
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        child = ctx.Process(target=_child_takes, args=(cache, q))
+        child.start()
+        assert q.get(timeout=30) is True
+        child.join(30)
+    finally:
+        held.release()
