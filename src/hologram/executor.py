@@ -68,6 +68,7 @@ class Executor:
         self._buffer_type = Buffer if self._device is None else getattr(
             self.backend, "buffer_type", DeviceBuffer)
         self._memory = MemoryManager(limit=memory_limit, allocator=allocator)
+        self.backend.attach_memory(self._memory)
         self._buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
         self._kernels: dict[str, Any] = {}
         # Bound launches of the op library's fast path: key -> (buffer weakrefs, call).
@@ -99,6 +100,7 @@ class Executor:
                 buf.free()
             self._kernels.clear()
             self._bound.clear()
+            self.backend.release_scratch()
             self._memory.empty_cache()
             self.closed = True
 
@@ -185,8 +187,11 @@ class Executor:
         return self._memory.stats()
 
     def empty_cache(self) -> None:
-        """Return cached (free) blocks of the linear pool to the system."""
-        self._memory.empty_cache()
+        """Return cached (free) blocks of the linear pool to the system, with the scratch
+        the backend keeps between launches (the CUDA backend's temp blocks)."""
+        with self._lock:
+            self.backend.release_scratch()
+            self._memory.empty_cache()
 
     @property
     def memory_limit(self) -> int | None:
@@ -281,6 +286,15 @@ class Executor:
 
     def synchronize(self) -> None:
         self.backend.synchronize()
+
+    def use_stream(self, handle: int | None) -> Any:
+        """A context manager: this thread's launches and copies go on the external
+        stream ``handle`` while it is open (the cuda backend: a ``cudaStream_t`` as an
+        int, such as ``torch.cuda.current_stream().cuda_stream``; ordered against the
+        executor's own stream both ways). None: the backend's own stream. Backends
+        without streams take only None."""
+        self._check_open()
+        return self.backend.use_stream(handle)
 
     def _dtype(self, dtype: Any) -> DType:
         d = to_dtype(dtype)

@@ -7,6 +7,7 @@ arrays that view the executor's pools, so results land in place.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -74,6 +75,21 @@ class Backend(ABC):
         output ``out_index``: an in-place update, with no read of the input seeing an
         element the program already wrote. No, unless the backend proves it."""
         return False
+
+    def attach_memory(self, memory: Any) -> None:  # noqa: B027 - host backends keep none
+        """The executor's pools (a ``MemoryManager``), for backends that keep scratch of
+        their own in them (the CUDA backend's per-program temp blocks)."""
+
+    def release_scratch(self) -> None:  # noqa: B027 - host backends keep none
+        """Give scratch held across launches back to the pools (``Executor.empty_cache``
+        and ``close`` call it before emptying the pools' caches)."""
+
+    def use_stream(self, handle: int | None) -> Any:
+        """A context putting this thread's work on an external stream ``handle`` (an int
+        handle of the device's streams); a backend with no streams takes only None."""
+        if handle is not None:
+            raise ValueError(f"stream: backend {self.name!r} has no streams, got {handle!r}")
+        return contextlib.nullcontext()
 
     def synchronize(self) -> None:  # noqa: B027 - a no-op is right for host backends
         """Wait for launched work; host backends finish before launch returns."""

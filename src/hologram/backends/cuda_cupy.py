@@ -184,6 +184,9 @@ class CupyDevice:
     def stream(self) -> Any:
         return self.cp.cuda.Stream(non_blocking=True)
 
+    def external_stream(self, handle: int) -> Any:
+        return self.cp.cuda.ExternalStream(handle)
+
     def event(self) -> Any:
         return self.cp.cuda.Event(disable_timing=True)
 

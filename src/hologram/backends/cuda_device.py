@@ -114,6 +114,10 @@ class CudaDevice(Protocol):
     def stream(self) -> Any:
         """A new stream (work on it runs in order)."""
 
+    def external_stream(self, handle: int) -> Any:
+        """The stream ``handle`` (a ``cudaStream_t`` another library made, as an int) as a
+        stream of this device; it stays its owner's."""
+
     def event(self) -> Any:
         """A new event, to record on one stream and wait for on another."""
 

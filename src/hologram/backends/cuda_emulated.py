@@ -74,10 +74,15 @@ class EmulatedKernel:
 
 
 class _Stream:
-    """A stream on a device where everything finishes at once: it only has a name."""
+    """A stream on a device where everything finishes at once: it only has a name (and,
+    for an external one, the handle it was made from)."""
+
+    def __init__(self, handle: int | None = None) -> None:
+        self.handle = handle
 
     def __repr__(self) -> str:
-        return "<emulated stream>"
+        return ("<emulated stream>" if self.handle is None else
+                f"<emulated external stream {self.handle:#x}>")
 
 
 class EmulatedDevice:
@@ -97,11 +102,13 @@ class EmulatedDevice:
         self._stacks: mmap.mmap | None = None
         self._stack_addr = 0
         self.launches = 0
+        self.allocations = 0  # device allocations made (tests count them per call)
 
     # --- memory ---------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Allocation:
         raw = aligned_empty(max(int(nbytes), 1), 256)
         raw.fill(0)
+        self.allocations += 1
         return Allocation(raw.ctypes.data, int(nbytes), raw)
 
     def free(self, allocation: Allocation) -> None:
@@ -206,6 +213,9 @@ class EmulatedDevice:
     # --- ordering -------------------------------------------------------------------
     def stream(self) -> _Stream:
         return _Stream()
+
+    def external_stream(self, handle: int) -> _Stream:
+        return _Stream(handle)
 
     def event(self) -> object:
         return object()

@@ -1,0 +1,108 @@
+"""Where a CUDA program's temps live: one device block per program, kept across calls.
+
+Why: the scheduler gives every materialized intermediate its own temp. Allocating
+each one on the device per program (as the backend first did) costs one
+``cudaMalloc``-sized allocation per temp and as many bytes as all temps together;
+``compiler/temp_memory.py`` lays the temps out by lifetime in one block (temps whose
+steps never meet share bytes), as the CPU backend does. Here that block is taken
+once per program from the executor's pools (the linear pool only: scratch is never
+Φ-addressable), so it shows in ``Executor.memory_stats()``, counts against
+``memory_limit`` and goes back with ``Executor.empty_cache()``; a call after the
+first allocates nothing.
+
+Ordering: the launches of one program reuse its block, which is safe while they are
+ordered. Launches on the backend's own stream are; a launch on another stream (an
+external one, such as PyTorch's current stream) first makes that stream wait for the
+work queued on the stream that used the block last (an event), so two streams never
+write one program's temps at the same time.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..compiler.temp_memory import TempLayout
+from ..memory import Block, MemoryManager
+from .cuda_device import CudaDevice
+
+
+@dataclass
+class _Held:
+    """One program's block: where it is, each temp's address, and the stream that used
+    it last."""
+
+    program: weakref.ref
+    block: Block
+    addresses: list[int]
+    stream: Any
+
+
+class TempBlocks:
+    """The temp blocks of one backend's programs, taken from a ``MemoryManager``.
+
+    Not thread-safe on its own: the backend calls it under its launch lock."""
+
+    def __init__(self, device: CudaDevice, own: Callable[[], MemoryManager]) -> None:
+        self.device = device
+        self._own = own  # pools of the backend's own, made when first needed
+        self.memory: MemoryManager | None = None
+        self._held: dict[int, _Held] = {}
+
+    def attach(self, memory: MemoryManager) -> None:
+        """Take blocks from ``memory`` (an executor's pools) from now on."""
+        if memory is not self.memory:
+            self.release()
+            self.memory = memory
+
+    def addresses(self, program: Any, layout: TempLayout, stream: Any) -> list[int]:
+        """Each temp's device address for a launch of ``program`` on ``stream`` (its block
+        is allocated on the first call, then reused)."""
+        if not layout.offsets:
+            return []
+        held = self._held.get(id(program))
+        if held is None or held.program() is not program:
+            self._sweep()
+            if self.memory is None:
+                self.memory = self._own()
+            block = self.memory.allocate_scratch(layout.nbytes)
+            arr = block.array
+            base = arr.handle.ptr + arr.offset if block.nbytes else 0
+            held = _Held(weakref.ref(program), block,
+                         [base + o if block.nbytes else 0 for o in layout.offsets], stream)
+            self._held[id(program)] = held
+        elif held.stream is not stream:
+            # The block's last user may still be running on the other stream.
+            event = self.device.event()
+            self.device.record(event, held.stream)
+            self.device.wait(stream, event)
+            held.stream = stream
+        return held.addresses
+
+    def _sweep(self) -> None:
+        """Give back the blocks of programs that no longer exist."""
+        for key, held in list(self._held.items()):
+            if held.program() is None:
+                self._give_back(key, held)
+
+    def _give_back(self, key: int, held: _Held) -> None:
+        self.device.synchronize(held.stream)  # no launch may still use it
+        del self._held[key]
+        assert self.memory is not None  # it gave the block
+        self.memory.free(held.block)
+
+    def release(self) -> None:
+        """Give every block back to the pools (the next launch of a program allocates
+        again)."""
+        for key, held in list(self._held.items()):
+            self._give_back(key, held)
+
+    def stats(self) -> dict[str, int]:
+        """Programs holding a block and the bytes held."""
+        return {"temp_blocks": len(self._held),
+                "temp_bytes": sum(h.block.nbytes for h in self._held.values())}
+
+
+__all__ = ["TempBlocks"]

@@ -1,0 +1,208 @@
+"""The CUDA backend's memory and streams on the emulated device: each program's temps in
+one device block from the executor's pools (laid out by lifetime, allocated on the first
+call only, counted in the memory statistics and the limit, given back by
+``empty_cache``), and launches on an external stream (``Executor.use_stream``, which
+hologram_torch uses for PyTorch's current stream), checked as plumbing: which stream
+each launch, copy and GEMM was handed, and the events ordering the streams."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hologram as hg
+from hologram.backends import registry
+from hologram.backends.cuda_device import DEVICE_ENV
+from hologram.backends.reference import evaluate
+from hologram.errors import OutOfMemoryError
+from hologram.isa import builder as b
+from hologram.memory import bin_size
+
+from .test_differential import assert_close
+
+
+@pytest.fixture
+def ex(monkeypatch):
+    monkeypatch.setenv(DEVICE_ENV, "emulated")
+    reason = registry.why_unavailable("cuda")
+    if reason is not None:
+        pytest.skip(f"emulated cuda unavailable: {reason}")
+    with hg.Executor("cuda") as e:
+        e.backend.threads_per_block = 64
+        yield e
+
+
+def _chain(x, w, v):
+    """Three GEMMs and a softmax between them: three temps, two of which never meet."""
+    g = (x @ w).tanh() @ v
+    return (g.exp() / g.exp().sum(1, keepdims=True)) @ v.permute((1, 0))
+
+
+SPECS = [("f32", (8, 16)), ("f32", (16, 12)), ("f32", (12, 12))]
+
+
+def _operands(ex, seed):
+    rng = np.random.default_rng(seed)
+    data = [rng.standard_normal(s).astype(np.float32) for _, s in SPECS]
+    data[0].reshape(-1)[:3] = [np.nan, np.inf, 0.0]
+    return data, [ex.allocate(d.shape).from_numpy(d) for d in data]
+
+
+def test_temps_live_in_one_block_allocated_once(ex):
+    p = b.program(_chain, SPECS)
+    c = ex.compile(p)
+    layout = c.temp_layout
+    assert len(c.temps) == 3 and layout.nbytes < layout.separate_nbytes  # bytes shared
+    dev = ex.backend.device
+    out = ex.allocate((8, 12))
+    before = ex.memory_stats()["linear"]["allocated_bytes"]
+    for call in range(3):
+        data, bufs = _operands(ex, call)
+        made = dev.allocations
+        ex.run(p, bufs, [out])
+        # the first call makes the program's one block; later calls make nothing
+        assert dev.allocations - made == (1 if call == 0 else 0)
+        assert_close(out.to_numpy(), evaluate(p, data)[0][0], rtol=2e-5, atol=1e-5)
+    stats = ex.memory_stats()
+    assert stats["linear"]["allocated_bytes"] - before == bin_size(layout.nbytes)
+    assert ex.backend.temp_blocks.stats() == {"temp_blocks": 1, "temp_bytes": layout.nbytes}
+
+    ex.empty_cache()  # the block goes back with the pools' cache
+    assert ex.backend.temp_blocks.stats() == {"temp_blocks": 0, "temp_bytes": 0}
+    assert ex.memory_stats()["linear"]["allocated_bytes"] == before
+    assert ex.memory_stats()["linear"]["cached_bytes"] == 0
+    data, bufs = _operands(ex, 9)
+    made = dev.allocations
+    ex.run(p, bufs, [out])  # and comes back on the next call
+    assert dev.allocations - made == 1
+    assert_close(out.to_numpy(), evaluate(p, data)[0][0], rtol=2e-5, atol=1e-5)
+
+
+def test_pointer_launches_share_the_block(ex):
+    """The raw-address path (hologram_torch's) reads the same block."""
+    p = b.program(_chain, SPECS)
+    c = ex.compile(p)
+    run = ex.backend.pointer_launcher(c)
+    data, _ = _operands(ex, 4)
+    out = np.zeros((8, 12), np.float32)
+    dev = ex.backend.device
+    run([d.ctypes.data for d in data] + [out.ctypes.data])
+    made = dev.allocations
+    run([d.ctypes.data for d in data] + [out.ctypes.data])
+    assert dev.allocations == made
+    assert_close(out, evaluate(p, data)[0][0], rtol=2e-5, atol=1e-5)
+
+
+def test_temp_blocks_count_against_the_memory_limit(ex):
+    p = b.program(lambda x: ((x @ x.permute((1, 0))).exp() @ x).sum(1), [("f32", (64, 64))])
+    c = ex.compile(p)
+    assert c.temp_layout.nbytes > 1024
+    ex.memory_limit = 1024
+    x = np.ones((64, 64), np.float32)
+    with pytest.raises(OutOfMemoryError, match="linear pool"):
+        ex.launch(p, [x], [np.zeros(64, np.float32)])
+    ex.memory_limit = None
+    out = np.zeros(64, np.float32)
+    ex.launch(p, [x], [out])
+    assert_close(out, evaluate(p, [x])[0][0], rtol=2e-5, atol=1e-5)
+
+
+def test_a_program_that_dies_gives_its_block_back(ex):
+    p = b.program(_chain, SPECS)
+    data, _ = _operands(ex, 1)
+    out = np.zeros((8, 12), np.float32)
+    c = ex.backend.compile(p)  # not cached by the executor: its life is ours
+    ex.backend.launch(c, data, [out])
+    held = ex.memory_stats()["linear"]["allocated_bytes"]
+    assert ex.backend.temp_blocks.stats()["temp_blocks"] == 1
+    del c
+    other = b.program(lambda x: (x @ x.permute((1, 0))).exp().sum(1), [("f32", (8, 8))])
+    ex.launch(other, [np.ones((8, 8), np.float32)], [np.zeros(8, np.float32)])
+    assert ex.backend.temp_blocks.stats()["temp_blocks"] == 1  # only the live program's
+    assert ex.memory_stats()["linear"]["allocated_bytes"] <= held
+
+
+# --- streams -------------------------------------------------------------------------------
+class StreamLog:
+    """Records the stream of every launch, GEMM and copy, and every event recorded and
+    waited for, on the (shared) emulated device while installed."""
+
+    def __init__(self, monkeypatch, dev) -> None:
+        self.calls: list[tuple[str, object]] = []
+        for name, pos in (("launch", 5), ("gemm_strided_batched", 16), ("copy_h2d", 2),
+                          ("copy_d2h", 2), ("record", 1)):
+            monkeypatch.setattr(dev, name, self._wrap(name, getattr(dev, name), pos))
+        real_wait = dev.wait
+
+        def wait(stream, event):
+            self.calls.append(("wait", stream))
+            return real_wait(stream, event)
+
+        monkeypatch.setattr(dev, "wait", wait)
+
+    def _wrap(self, name, fn, pos):
+        def call(*args, **kw):
+            stream = kw.get("stream", args[pos] if len(args) > pos else None)
+            self.calls.append((name, stream))
+            return fn(*args, **kw)
+        return call
+
+    def streams(self, name):
+        return [s for n, s in self.calls if n == name]
+
+
+def test_launches_go_on_the_external_stream(ex, monkeypatch):
+    p = b.program(_chain, SPECS)
+    ex.compile(p)
+    data, bufs = _operands(ex, 2)
+    out = ex.allocate((8, 12))
+    ex.run(p, bufs, [out])  # the block now belongs to the backend's own stream
+    own = ex.backend.stream
+    log = StreamLog(monkeypatch, ex.backend.device)
+    with ex.use_stream(0x5EED):
+        ext = ex.backend.current_stream()
+        assert ext is not own and ext.handle == 0x5EED
+        ex.run(p, bufs, [out])
+        got = out.to_numpy()  # copies too take the external stream
+    assert_close(got, evaluate(p, data)[0][0], rtol=2e-5, atol=1e-5)
+    assert ex.backend.current_stream() is own  # closed: back on our own
+    assert log.streams("launch") and set(map(id, log.streams("launch"))) == {id(ext)}
+    assert set(map(id, log.streams("gemm_strided_batched"))) == {id(ext)}
+    assert set(map(id, log.streams("copy_d2h"))) == {id(ext)}
+    # entering: ext waits for own; the temp block's last user (own) before its first use
+    # on ext; leaving: own waits for ext
+    assert log.streams("record")[0] is own and log.streams("wait")[0] is ext
+    assert log.streams("record")[-1] is ext and log.streams("wait")[-1] is own
+    assert len(log.streams("wait")) == 3
+
+    log.calls.clear()
+    ex.run(p, bufs, [out])  # the block moves back to our stream, after an event
+    assert set(map(id, log.streams("launch"))) == {id(own)}
+    assert log.streams("record") == [ext] and log.streams("wait") == [own]
+
+
+def test_pointer_launches_take_the_external_stream(ex, monkeypatch):
+    p = b.program(lambda x: (x.exp() * 2.0).tanh(), [("f32", (100,))])
+    run = ex.backend.pointer_launcher(ex.compile(p))
+    x = np.linspace(-2, 2, 100).astype(np.float32)
+    out = np.zeros(100, np.float32)
+    log = StreamLog(monkeypatch, ex.backend.device)
+    with ex.use_stream(7):
+        run([x.ctypes.data, out.ctypes.data])
+    (stream,) = log.streams("launch")
+    assert stream.handle == 7
+    assert_close(out, evaluate(p, [x])[0][0], rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "0", True])
+def test_a_bad_stream_handle_is_refused(ex, bad):
+    with pytest.raises(ValueError, match="stream"), ex.use_stream(bad):
+        pass
+
+
+def test_host_backends_take_no_stream():
+    with hg.Executor("cpu") as cpu:
+        with cpu.use_stream(None):
+            pass
+        with pytest.raises(ValueError, match="stream: backend 'cpu' has no streams"):
+            cpu.use_stream(3)
