@@ -54,9 +54,11 @@ from .cuda_scratch import TempBlocks
 HG_SLOTS = 64  # render_cuda's HgArgs: 64 device addresses
 #: Resident blocks per multiprocessor a grid-stride launch aims for.
 BLOCKS_PER_SM = 32
-#: dtypes the CUDA renderer types for NVRTC (f16/bf16 render as _Float16/__bf16,
-#: which NVRTC does not know: they need cuda_fp16.h spellings first).
-SUPPORTED = frozenset({"f32", "f64", "i32", "i64", "bool"})
+#: dtypes the CUDA renderer types for NVRTC: f16 and bf16 are stored as cuda_fp16.h's
+#: ``__half`` and cuda_bf16.h's ``__nv_bfloat16`` and computed in float, rounded after
+#: every instruction (``render_cuda.HALF``); their GEMMs are not (cuBLAS is called for
+#: f32 and f64 only).
+SUPPORTED = frozenset({"f16", "bf16", "f32", "f64", "i32", "i64", "bool"})
 DLPACK_CUDA, DLPACK_EXT_DEV = 2, 12
 
 
