@@ -206,3 +206,94 @@ def test_host_backends_take_no_stream():
             pass
         with pytest.raises(ValueError, match="stream: backend 'cpu' has no streams"):
             cpu.use_stream(3)
+
+
+# --- DLPack imports of CUDA device memory -------------------------------------------------
+class FakeCudaTensor:
+    """Host memory dressed as a kDLCUDA tensor (the emulated device's addresses are host
+    addresses, so kernels can run on it): NumPy's own capsule, its device rewritten.
+    Records the stream each ``__dlpack__`` call was handed."""
+
+    def __init__(self, arr, device=(2, 0), capsule_device=None):
+        self.arr, self.device = arr, device
+        self.capsule_device = capsule_device or device
+        self.streams = []
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None):
+        from hologram.backends.cuda_dlpack import DLManagedTensor, _capsule_get
+
+        self.streams.append(stream)
+        cap = self.arr.__dlpack__()
+        m = DLManagedTensor.from_address(_capsule_get(cap, b"dltensor"))
+        m.dl_tensor.device.device_type, m.dl_tensor.device.device_id = self.capsule_device
+        return cap
+
+
+@pytest.fixture
+def gpu_memory(ex, monkeypatch):
+    """The emulated executor's memory reporting kDLCUDA, as a GPU's does."""
+    monkeypatch.setattr(ex._device, "dlpack_device", (2, 0))
+    return ex
+
+
+def test_cuda_tensors_are_imported_without_a_copy(gpu_memory):
+    ex = gpu_memory
+    x = np.linspace(-3, 3, 60, dtype=np.float32).reshape(6, 10)
+    out = np.zeros((6, 10), np.float32)
+    fx, fout = FakeCudaTensor(x), FakeCudaTensor(out)
+    bx, bout = hg.from_dlpack(fx, ex), hg.from_dlpack(fout, ex)
+    assert bx.pool == "external" and bx.shape == (6, 10) and bx.isa_dtype.name == "f32"
+    p = b.program(lambda v: (v * 2.0).tanh(), [("f32", (6, 10))])
+    ex.run(p, [bx], [bout])
+    assert_close(out, evaluate(p, [x])[0][0], rtol=2e-5, atol=1e-5)  # written in place
+    x[0, 0] = 5.0  # and read in place
+    assert bx.to_numpy()[0, 0] == 5.0
+    # the producer was asked to order its work before our stream
+    assert fx.streams == [ex.backend.device.stream_handle(ex.backend.stream)]
+    f77 = FakeCudaTensor(x)
+    with ex.use_stream(77):
+        hg.from_dlpack(f77, ex)
+    assert f77.streams == [77]
+    copied = hg.from_dlpack(FakeCudaTensor(x), ex, copy=True)
+    assert copied.pool != "external"
+    x[0, 0] = -1.0
+    assert copied.to_numpy()[0, 0] == 5.0
+
+
+def test_an_imported_tensor_is_released_with_its_buffer(gpu_memory):
+    import gc
+    import weakref
+
+    arr = np.ones(100, np.float64)
+    ref = weakref.ref(arr)
+    fake = FakeCudaTensor(arr)
+    del arr
+    buf = hg.from_dlpack(fake, gpu_memory)
+    del fake
+    gc.collect()
+    assert ref() is not None  # the buffer keeps the producer's memory alive
+    buf.free()
+    del buf
+    gc.collect()
+    assert ref() is None, "the capsule's deleter did not run"
+
+
+def test_cuda_imports_refuse_what_kernels_cannot_index(gpu_memory):
+    ex = gpu_memory
+    x = np.zeros((4, 6), np.float32)
+    with pytest.raises(hg.errors.DLPackError, match="not C-contiguous"):
+        hg.from_dlpack(FakeCudaTensor(x[:, ::2]), ex)
+    with pytest.raises(hg.errors.DLPackError, match=r"DLPack device \(2, 1\)"):
+        hg.from_dlpack(FakeCudaTensor(x, device=(2, 1)), ex)
+    with pytest.raises(hg.errors.DLPackError, match="its capsule is on"):
+        hg.from_dlpack(FakeCudaTensor(x, capsule_device=(2, 3)), ex)
+    with pytest.raises(hg.errors.DLPackError, match="complex|dtype|code"):
+        hg.from_dlpack(FakeCudaTensor(np.zeros(3, np.complex64)), ex)
+
+
+def test_the_emulated_device_takes_no_cuda_tensors(ex):
+    with pytest.raises(hg.errors.DLPackError, match="emulated CUDA device is host memory"):
+        hg.from_dlpack(FakeCudaTensor(np.zeros(3, np.float32)), ex)

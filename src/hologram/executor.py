@@ -174,6 +174,20 @@ class Executor:
         self._buffers[id(buf)] = buf
         return buf
 
+    def wrap_device(self, array: DeviceArray, dtype: Any, owner: Any = None) -> Buffer:
+        """A Buffer over ``array``, device memory this executor's backend did not allocate
+        (a DLPack import: ``hologram.from_dlpack``), zero-copy; ``owner`` is kept alive
+        with it. The memory stays its producer's: ``free`` only drops the reference."""
+        self._check_open()
+        if self._device is None or not isinstance(array, DeviceArray) \
+                or array.memory is not self._device:
+            raise ArgumentTypeError("array: expected a DeviceArray of this executor's device "
+                                    "memory")
+        d = self._dtype(dtype)
+        buf = self._buffer_type(self, array, tuple(array.shape), d, None, external=owner)
+        self._buffers[id(buf)] = buf
+        return buf
+
     def _release(self, buf: Buffer) -> None:
         with self._lock:
             self._buffers.pop(id(buf), None)

@@ -40,7 +40,7 @@ from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launc
 from ..compiler.render_cuda import render_cuda
 from ..compiler.schedule import AttentionPlan, GemmPlan, KernelPlan, NeedsMaterialize
 from ..compiler.temp_memory import TempLayout, plan_temps
-from ..errors import DTypeError, HologramError
+from ..errors import DLPackError, DTypeError, HologramError
 from ..isa.index_errors import index_sites, out_of_range
 from ..isa.program import Program
 from ..isa.value import Value
@@ -49,6 +49,7 @@ from ..memory.device import DeviceArray
 from .base import Backend
 from .cpu import ProgramStats, canonical_form, check_no_empty_steps
 from .cuda_device import Allocation, CudaDevice, open_device
+from .cuda_dlpack import import_device_array
 from .cuda_scratch import TempBlocks
 
 HG_SLOTS = 64  # render_cuda's HgArgs: 64 device addresses
@@ -428,6 +429,17 @@ class CudaBackend(Backend):
         self.device.synchronize(self.current_stream())
 
     # --- memory and streams ---------------------------------------------------------
+    def import_dlpack(self, x: Any) -> tuple[DeviceArray, Any, Any]:
+        """``x`` (a kDLCUDA DLPack producer on this device: a ``torch.cuda`` tensor, a
+        CuPy array) as a window of device memory, zero-copy (``cuda_dlpack.py``): the
+        array, its ISA dtype, the owner to keep alive with it. The producer orders its
+        work before this thread's stream."""
+        if self.memory.dlpack_device[0] != DLPACK_CUDA:
+            raise DLPackError("x: the emulated CUDA device is host memory, not a GPU's: it "
+                              "takes no kDLCUDA tensors (copy them in with from_numpy)")
+        handle = self.device.stream_handle(self.current_stream())
+        return import_device_array(x, self.memory, handle)
+
     def attach_memory(self, memory: MemoryManager) -> None:
         """Programs' temp blocks come from ``memory``, the executor's pools."""
         with self._lock:

@@ -187,6 +187,9 @@ class CupyDevice:
     def external_stream(self, handle: int) -> Any:
         return self.cp.cuda.ExternalStream(handle)
 
+    def stream_handle(self, stream: Any) -> int:
+        return int(stream.ptr)
+
     def event(self) -> Any:
         return self.cp.cuda.Event(disable_timing=True)
 

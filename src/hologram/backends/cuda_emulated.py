@@ -217,6 +217,10 @@ class EmulatedDevice:
     def external_stream(self, handle: int) -> _Stream:
         return _Stream(handle)
 
+    def stream_handle(self, stream: _Stream) -> int:
+        """An external stream's handle, else a name unique while the stream lives."""
+        return stream.handle if stream.handle is not None else id(stream)
+
     def event(self) -> object:
         return object()
 
