@@ -10,6 +10,7 @@ epilogue and the prelude differ from the C dialect.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -110,6 +111,8 @@ HALF: dict[str, HalfType] = {
 }
 
 
+#: A load of one element of a 16-bit float buffer (``ptr()``'s names: p<slot>_<dtype>).
+_LOAD = re.compile(r"p\d+_b?f16(?:_\d+)?\[[^\[\]]*\]")
 #: Element-wise templates of 16-bit floats that round inside the instruction, as the
 #: ISA's meaning does: MAD is a product rounded to the dtype, then a sum ({R}: round).
 HALF_TEMPLATES = {Op.MAD: "({R}({0} * {1}) + {2})"}
@@ -179,6 +182,8 @@ class CUDARenderer(GPURenderer):
         half = self.half(d)
         if half is None:
             return super().declare(name, d, code)
+        if _LOAD.fullmatch(code):  # a stored value is the dtype's already: no rounding
+            return f"float {name} = {code};"
         return f"float {name} = {half.round}({code});"
 
     def cast_code(self, v: Value, code: str) -> str:
