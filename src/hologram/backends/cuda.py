@@ -41,6 +41,7 @@ from ..compiler.render_cuda import render_cuda
 from ..compiler.schedule import AttentionPlan, GemmPlan, KernelPlan, NeedsMaterialize
 from ..compiler.temp_memory import TempLayout, plan_temps
 from ..errors import DLPackError, DTypeError, HologramError
+from ..isa.dtypes import BY_NAME
 from ..isa.index_errors import index_sites, out_of_range
 from ..isa.program import Program
 from ..isa.value import Value
@@ -57,9 +58,10 @@ HG_SLOTS = 64  # render_cuda's HgArgs: 64 device addresses
 BLOCKS_PER_SM = 32
 #: dtypes the CUDA renderer types for NVRTC: f16 and bf16 are stored as cuda_fp16.h's
 #: ``__half`` and cuda_bf16.h's ``__nv_bfloat16`` and computed in float, rounded after
-#: every instruction (``render_cuda.HALF``); their GEMMs are not (cuBLAS is called for
-#: f32 and f64 only).
+#: every instruction (``render_cuda.HALF``).
 SUPPORTED = frozenset({"f16", "bf16", "f32", "f64", "i32", "i64", "bool"})
+#: dtypes of the products cuBLAS computes (f16/bf16: float accumulation, result rounded).
+CUBLAS_DTYPES = ("f16", "bf16", "f32", "f64")
 DLPACK_CUDA, DLPACK_EXT_DEV = 2, 12
 
 
@@ -156,7 +158,7 @@ class GemmCall:
 
 def gemm_call(desc: GemmDesc, slots: dict[Any, int], tf32: bool = False) -> GemmCall:
     """The cuBLAS calls computing ``desc`` (a row-major product, BLAS-readable views)."""
-    item = 8 if desc.dtype == "f64" else 4
+    item = BY_NAME[desc.dtype].itemsize
     batch = desc.batch
     last = batch[-1] if batch else 1
     strides = [op.batch_strides for op in (desc.a, desc.b, desc.c)]
@@ -283,13 +285,14 @@ class CudaBackend(Backend):
             for i, st in enumerate(sched.steps):
                 if not isinstance(st, GemmPlan):
                     continue
-                d = gemm_desc(st.value, sched.buffers, st.out, False)
+                d = gemm_desc(st.value, sched.buffers, st.out, False, CUBLAS_DTYPES)
                 if d is None:
-                    copy = unreadable_operand(st.value, sched.buffers)
+                    copy = unreadable_operand(st.value, sched.buffers, CUBLAS_DTYPES)
                     if copy is not None:  # planned again with that view in a buffer
                         raise NeedsMaterialize(copy)
                     raise DTypeError(f"GEMM {st.value.dtype}{list(st.value.shape)}: cuBLAS "
-                                     "is called for f32 and f64 products only")
+                                     f"is called for {', '.join(CUBLAS_DTYPES)} products "
+                                     "only")
                 gemms[i] = d
             source, lm = render_cuda(sched, slots)
             launch_map.clear()
