@@ -39,14 +39,18 @@ DTYPES = ["f16", pytest.param("bf16", marks=pytest.mark.skipif(
 BITS = {"f16": 11, "bf16": 8}
 
 
+#: scripts/gpu_check.sh runs this file on a GPU with HOLOGRAM_CUDA_TEST_DEVICE=gpu.
+KIND = os.environ.get("HOLOGRAM_CUDA_TEST_DEVICE", "emulated")
+
+
 @pytest.fixture(scope="module")
 def executors():
     old = os.environ.get(DEVICE_ENV)
-    os.environ[DEVICE_ENV] = "emulated"
+    os.environ[DEVICE_ENV] = KIND
     try:
         reason = registry.why_unavailable("cuda")
         if reason is not None:
-            pytest.skip(f"emulated cuda unavailable: {reason}")
+            pytest.skip(f"{KIND} cuda unavailable: {reason}")
         exs = []
         for threads, order in CONFIGS:
             ex = hg.Executor("cuda")
