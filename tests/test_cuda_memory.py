@@ -78,6 +78,29 @@ def test_temps_live_in_one_block_allocated_once(ex):
     assert_close(out.to_numpy(), evaluate(p, data)[0][0], rtol=2e-5, atol=1e-5)
 
 
+def test_host_operands_are_staged_in_the_pools(ex):
+    """NumPy operands (Executor.launch, the op library) are uploaded into pool blocks
+    that go back after the launch: after the first call, no device allocation; and
+    none is left live, even when the launch raises."""
+    p = b.program(_chain, SPECS)
+    dev = ex.backend.device
+    out = np.zeros((8, 12), np.float32)
+    live = ex.memory_stats()["linear"]["num_live_blocks"]
+    for call in range(3):
+        data, _ = _operands(ex, 10 + call)
+        made = dev.allocations
+        ex.launch(p, data, [out])
+        assert call == 0 or dev.allocations == made
+        assert_close(out, evaluate(p, data)[0][0], rtol=2e-5, atol=1e-5)
+    assert ex.memory_stats()["linear"]["num_live_blocks"] == live + 1  # the temp block
+    g = b.program(lambda x, i: b.Var(b.gather(x.v, i.v, axis=0)),
+                  [("f32", (5000,)), ("i64", (3,))])
+    with pytest.raises(IndexError, match="out of range"):
+        ex.launch(g, [np.ones(5000, np.float32), np.array([0, 9999, 1])],
+                  [np.zeros(3, np.float32)])
+    assert ex.memory_stats()["linear"]["num_live_blocks"] == live + 1
+
+
 def test_pointer_launches_share_the_block(ex):
     """The raw-address path (hologram_torch's) reads the same block."""
     p = b.program(_chain, SPECS)

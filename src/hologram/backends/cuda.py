@@ -334,11 +334,12 @@ class CudaBackend(Backend):
     def launch(self, compiled: CudaProgram, inputs: Sequence[Any], outputs: Sequence[Any],
                arena: Any = None) -> None:
         """Run every step in order on the backend's stream. ``DeviceArray`` operands are
-        used where they are; NumPy ones are uploaded first, and NumPy outputs (and a
-        host arena the program writes) read back before this returns."""
+        used where they are; NumPy ones are staged in pool memory (uploaded first), and
+        NumPy outputs (and a host arena the program writes) read back before this
+        returns."""
         c = compiled
         dev = self.device
-        keep: list[Allocation] = []  # scratch device memory alive through the launch
+        staged: list[Any] = []  # pool blocks of the host operands, alive through the launch
         reads: list[tuple[np.ndarray, int]] = []  # (host destination, device address)
 
         def address(a: Any, read: bool, write: bool) -> int:
@@ -347,34 +348,38 @@ class CudaBackend(Backend):
             a = np.asarray(a)
             if not a.nbytes:
                 return 0
-            scratch = dev.alloc(a.nbytes)
-            keep.append(scratch)
+            block = self.temp_blocks.staging(a.nbytes)
+            staged.append(block)
+            ptr = block.array.handle.ptr + block.array.offset
             if read:
-                dev.copy_h2d(scratch.ptr, np.ascontiguousarray(a), self.current_stream())
+                dev.copy_h2d(ptr, np.ascontiguousarray(a), self.current_stream())
             if write:
-                reads.append((a, scratch.ptr))
-            return scratch.ptr
+                reads.append((a, ptr))
+            return ptr
 
         with self._lock:
-            addresses = [address(a, True, False) for a in inputs]
-            addresses += [address(a, False, True) for a in outputs]
-            addresses += self._temps(c)
-            arena_addr = 0
-            if c.program.uses_arena:
-                if arena is None:
-                    raise HologramError("the program uses Φ addressing but no boundary "
-                                        "pool was given")
-                arena_addr = address(arena, True, True)
-            addresses.append(arena_addr)
-            self._run(c, addresses)
-            for host, ptr in reads:
-                if host.flags.c_contiguous:
-                    dev.copy_d2h(host, ptr, self.current_stream())
-                else:
-                    tmp = np.empty(host.shape, host.dtype)
-                    dev.copy_d2h(tmp, ptr, self.current_stream())
-                    host[...] = tmp
-            self._check_index(c)
+            try:
+                addresses = [address(a, True, False) for a in inputs]
+                addresses += [address(a, False, True) for a in outputs]
+                addresses += self._temps(c)
+                arena_addr = 0
+                if c.program.uses_arena:
+                    if arena is None:
+                        raise HologramError("the program uses Φ addressing but no boundary "
+                                            "pool was given")
+                    arena_addr = address(arena, True, True)
+                addresses.append(arena_addr)
+                self._run(c, addresses)
+                for host, ptr in reads:
+                    if host.flags.c_contiguous:
+                        dev.copy_d2h(host, ptr, self.current_stream())
+                    else:
+                        tmp = np.empty(host.shape, host.dtype)
+                        dev.copy_d2h(tmp, ptr, self.current_stream())
+                        host[...] = tmp
+                self._check_index(c)
+            finally:
+                self.temp_blocks.unstage(staged, self.current_stream())
 
     def _temps(self, c: CudaProgram) -> list[int]:
         """Device addresses of the program's temps: its one block, laid out by lifetime,

@@ -41,7 +41,8 @@ class _Held:
 
 
 class TempBlocks:
-    """The temp blocks of one backend's programs, taken from a ``MemoryManager``.
+    """The temp blocks of one backend's programs, and the staging of host operands, taken
+    from a ``MemoryManager``.
 
     Not thread-safe on its own: the backend calls it under its launch lock."""
 
@@ -80,6 +81,23 @@ class TempBlocks:
             self.device.wait(stream, event)
             held.stream = stream
         return held.addresses
+
+    def staging(self, nbytes: int) -> Block:
+        """``nbytes`` of device memory for one launch's host operands, from the pools'
+        linear bins (after a first call of the same sizes, no device allocation)."""
+        if self.memory is None:
+            self.memory = self._own()
+        return self.memory.allocate_scratch(nbytes)
+
+    def unstage(self, blocks: list[Block], stream: Any) -> None:
+        """Give a launch's staging back once ``stream``'s work on it has finished."""
+        if not blocks:
+            return
+        self.device.synchronize(stream)
+        assert self.memory is not None  # it gave the blocks
+        for block in blocks:
+            self.memory.free(block)
+        blocks.clear()
 
     def _sweep(self) -> None:
         """Give back the blocks of programs that no longer exist."""
