@@ -489,6 +489,8 @@ class CudaBackend(Backend):
         finally:
             self._external.stream = saved
             self._handoff(inner, outer)
+            with self._lock:
+                self.temp_blocks.handed_over(inner, outer)
 
     def _handoff(self, before: Any, after: Any) -> None:
         """Make ``after``'s later work wait for what is queued on ``before`` now."""

@@ -82,6 +82,14 @@ class TempBlocks:
             held.stream = stream
         return held.addresses
 
+    def handed_over(self, before: Any, after: Any) -> None:
+        """``after`` now waits for everything queued on ``before`` (an external stream
+        whose context closed): blocks ``before`` used last count as ``after``'s, so no
+        block refers to a stream its owner may destroy."""
+        for held in self._held.values():
+            if held.stream is before:
+                held.stream = after
+
     def staging(self, nbytes: int) -> Block:
         """``nbytes`` of device memory for one launch's host operands, from the pools'
         linear bins (after a first call of the same sizes, no device allocation)."""
@@ -101,21 +109,22 @@ class TempBlocks:
 
     def _sweep(self) -> None:
         """Give back the blocks of programs that no longer exist."""
-        for key, held in list(self._held.items()):
-            if held.program() is None:
-                self._give_back(key, held)
+        self._give_back([key for key, held in self._held.items() if held.program() is None])
 
-    def _give_back(self, key: int, held: _Held) -> None:
-        self.device.synchronize(held.stream)  # no launch may still use it
-        del self._held[key]
-        assert self.memory is not None  # it gave the block
-        self.memory.free(held.block)
+    def _give_back(self, keys: list[int]) -> None:
+        if not keys:
+            return
+        # No launch may still use them. The whole device: the stream that used a block
+        # last may be an external one its owner has since destroyed.
+        self.device.synchronize(None)
+        assert self.memory is not None  # it gave the blocks
+        for key in keys:
+            self.memory.free(self._held.pop(key).block)
 
     def release(self) -> None:
         """Give every block back to the pools (the next launch of a program allocates
         again)."""
-        for key, held in list(self._held.items()):
-            self._give_back(key, held)
+        self._give_back(list(self._held))
 
     def stats(self) -> dict[str, int]:
         """Programs holding a block and the bytes held."""
