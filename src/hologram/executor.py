@@ -68,12 +68,13 @@ class Executor:
         self._buffer_type = Buffer if self._device is None else getattr(
             self.backend, "buffer_type", DeviceBuffer)
         self._memory = MemoryManager(limit=memory_limit, allocator=allocator)
-        self.backend.attach_memory(self._memory)
+        self._lock = threading.RLock()
+        # The pools are not thread-safe: the backend takes this lock around its use.
+        self.backend.attach_memory(self._memory, self._lock)
         self._buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
         self._kernels: dict[str, Any] = {}
         # Bound launches of the op library's fast path: key -> (buffer weakrefs, call).
         self._bound: dict[tuple, tuple[tuple[weakref.ref, ...], Any]] = {}
-        self._lock = threading.RLock()
         self.closed = False
 
     @property
@@ -100,7 +101,9 @@ class Executor:
                 buf.free()
             self._kernels.clear()
             self._bound.clear()
-            self.backend.release_scratch()
+        # Outside our lock: the backend takes its own lock, then ours (launch order).
+        self.backend.release_scratch()
+        with self._lock:
             self._memory.empty_cache()
             self.closed = True
 
@@ -203,8 +206,8 @@ class Executor:
     def empty_cache(self) -> None:
         """Return cached (free) blocks of the linear pool to the system, with the scratch
         the backend keeps between launches (the CUDA backend's temp blocks)."""
+        self.backend.release_scratch()  # takes its lock, then ours: not under ours
         with self._lock:
-            self.backend.release_scratch()
             self._memory.empty_cache()
 
     @property

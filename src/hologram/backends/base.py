@@ -76,9 +76,10 @@ class Backend(ABC):
         element the program already wrote. No, unless the backend proves it."""
         return False
 
-    def attach_memory(self, memory: Any) -> None:  # noqa: B027 - host backends keep none
-        """The executor's pools (a ``MemoryManager``), for backends that keep scratch of
-        their own in them (the CUDA backend's per-program temp blocks)."""
+    def attach_memory(self, memory: Any, lock: Any) -> None:  # noqa: B027 - none kept
+        """The executor's pools (a ``MemoryManager``) and the lock that guards them, for
+        backends that keep scratch of their own there (the CUDA backend's per-program
+        temp blocks). A backend takes ``lock`` after its own, never the other way."""
 
     def release_scratch(self) -> None:  # noqa: B027 - host backends keep none
         """Give scratch held across launches back to the pools (``Executor.empty_cache``

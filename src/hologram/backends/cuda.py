@@ -448,10 +448,11 @@ class CudaBackend(Backend):
         handle = self.device.stream_handle(self.current_stream())
         return import_device_array(x, self.memory, handle)
 
-    def attach_memory(self, memory: MemoryManager) -> None:
-        """Programs' temp blocks come from ``memory``, the executor's pools."""
+    def attach_memory(self, memory: MemoryManager, lock: Any) -> None:
+        """Programs' temp blocks come from ``memory``, the executor's pools (``lock``
+        guards them)."""
         with self._lock:
-            self.temp_blocks.attach(memory)
+            self.temp_blocks.attach(memory, lock)
 
     def release_scratch(self) -> None:
         """Give the programs' temp blocks back to the pools (``Executor.empty_cache``)."""

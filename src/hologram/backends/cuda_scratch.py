@@ -19,6 +19,7 @@ write one program's temps at the same time.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,19 +45,34 @@ class TempBlocks:
     """The temp blocks of one backend's programs, and the staging of host operands, taken
     from a ``MemoryManager``.
 
-    Not thread-safe on its own: the backend calls it under its launch lock."""
+    The backend calls it under its launch lock; the pools it takes from are guarded by
+    their own lock (the executor's), taken after the backend's."""
 
     def __init__(self, device: CudaDevice, own: Callable[[], MemoryManager]) -> None:
         self.device = device
         self._own = own  # pools of the backend's own, made when first needed
         self.memory: MemoryManager | None = None
+        self.lock: Any = threading.RLock()  # guards self.memory (an executor's: its lock)
         self._held: dict[int, _Held] = {}
 
-    def attach(self, memory: MemoryManager) -> None:
-        """Take blocks from ``memory`` (an executor's pools) from now on."""
+    def attach(self, memory: MemoryManager, lock: Any) -> None:
+        """Take blocks from ``memory`` (an executor's pools, guarded by ``lock``) from now
+        on."""
         if memory is not self.memory:
             self.release()
-            self.memory = memory
+            self.memory, self.lock = memory, lock
+
+    def _allocate(self, nbytes: int) -> Block:
+        with self.lock:
+            if self.memory is None:
+                self.memory = self._own()
+            return self.memory.allocate_scratch(nbytes)
+
+    def _free(self, blocks: list[Block]) -> None:
+        with self.lock:
+            assert self.memory is not None  # it gave the blocks
+            for block in blocks:
+                self.memory.free(block)
 
     def addresses(self, program: Any, layout: TempLayout, stream: Any) -> list[int]:
         """Each temp's device address for a launch of ``program`` on ``stream`` (its block
@@ -66,9 +82,7 @@ class TempBlocks:
         held = self._held.get(id(program))
         if held is None or held.program() is not program:
             self._sweep()
-            if self.memory is None:
-                self.memory = self._own()
-            block = self.memory.allocate_scratch(layout.nbytes)
+            block = self._allocate(layout.nbytes)
             arr = block.array
             base = arr.handle.ptr + arr.offset if block.nbytes else 0
             held = _Held(weakref.ref(program), block,
@@ -93,18 +107,14 @@ class TempBlocks:
     def staging(self, nbytes: int) -> Block:
         """``nbytes`` of device memory for one launch's host operands, from the pools'
         linear bins (after a first call of the same sizes, no device allocation)."""
-        if self.memory is None:
-            self.memory = self._own()
-        return self.memory.allocate_scratch(nbytes)
+        return self._allocate(nbytes)
 
     def unstage(self, blocks: list[Block], stream: Any) -> None:
         """Give a launch's staging back once ``stream``'s work on it has finished."""
         if not blocks:
             return
         self.device.synchronize(stream)
-        assert self.memory is not None  # it gave the blocks
-        for block in blocks:
-            self.memory.free(block)
+        self._free(blocks)
         blocks.clear()
 
     def _sweep(self) -> None:
@@ -117,9 +127,7 @@ class TempBlocks:
         # No launch may still use them. The whole device: the stream that used a block
         # last may be an external one its owner has since destroyed.
         self.device.synchronize(None)
-        assert self.memory is not None  # it gave the blocks
-        for key in keys:
-            self.memory.free(self._held.pop(key).block)
+        self._free([self._held.pop(key).block for key in keys])
 
     def release(self) -> None:
         """Give every block back to the pools (the next launch of a program allocates
