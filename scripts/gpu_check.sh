@@ -15,6 +15,7 @@ unset HOLOGRAM_CUDA_DEVICE  # the real device
 # Every op, the composites and the random programs on the GPU (the order knobs are the
 # emulator's; the harness-can-fail tests are emulator-only and skip).
 HOLOGRAM_CUDA_TEST_DEVICE=gpu "$PY" -m pytest -q -p no:cacheprovider \
-  tests/test_cuda_emulated.py tests/test_cuda_compile.py
+  tests/test_cuda_emulated.py tests/test_cuda_half.py tests/test_cuda_compile.py \
+  tests/test_cuda_gpu_interop.py
 "$PY" benchmarks/bench_cuda.py --json gpu_check.json --markdown gpu_check.md
 echo "wrote gpu_check.md: add its table, the date and this command to docs/perf.md"

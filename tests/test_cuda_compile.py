@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import hologram as hg
 from hologram.compiler import nvrtc
@@ -98,3 +99,34 @@ def test_random_program_kernels_compile_for_sm90(case):
 def test_compile_errors_show_log_and_numbered_source():
     with pytest.raises(nvrtc.NVRTCError, match="   1 | "):
         nvrtc.compile_cubin('extern "C" __global__ void k() { undefined_thing(); }')
+
+
+HALVES = ("f16", "bf16")
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("name", sorted(n for n in CASES if not n.startswith("gemm")))
+def test_half_composite_kernels_compile(name, dtype):
+    """f16/bf16 kernels spell their types with cuda_fp16.h/cuda_bf16.h (found through
+    nvrtc.header_dir()), which NVRTC compiles for sm_80 and sm_90."""
+    fn, specs, _ = CASES[name]
+    p = b.program(fn, [(dtype, s) for _, s in specs])
+    launch = compile_for_gpu(p)
+    assert launch
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(HALVES).flatmap(lambda d: programs(dtype=d, max_ops=5)))
+def test_random_half_program_kernels_compile(case):
+    fn, specs = case
+    compile_for_gpu(b.program(fn, specs))
+
+
+def test_half_kernels_use_the_cuda_headers_types():
+    p = b.program(lambda x, y: (x * y + x).exp().sum(), [("f16", (8,)), ("f16", (8,))])
+    src = lower(p, lambda s, sl: render_cuda(s, sl)[0]).source
+    assert "#include <cuda_fp16.h>" in src and "__half *" in src
+    assert "_Float16" not in src and "__bf16" not in src
+    q = b.program(lambda x: x.cast("bf16").tanh(), [("f32", (8,))])
+    src = lower(q, lambda s, sl: render_cuda(s, sl)[0]).source
+    assert "#include <cuda_bf16.h>" in src and "__nv_bfloat16 *" in src

@@ -250,7 +250,7 @@ def _patched(ex: hg.Executor, p: hg.Program, edit) -> CudaProgram:
     module = dev.compile(source, {"program": "harness-test"})
     steps = [dataclasses.replace(s, kernel=dev.function(module, s.name))
              if isinstance(s, KernelLaunch) else s for s in c.steps]
-    return dataclasses.replace(c, steps=steps, module=module, temp_memory=[])
+    return dataclasses.replace(c, steps=steps, module=module)
 
 
 def _row_sum_program() -> hg.Program:

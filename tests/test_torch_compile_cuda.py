@@ -81,3 +81,58 @@ def test_benchmark_transformer_block_on_emulated_cuda_like_eager(bench):
     torch.testing.assert_close(got, ref, atol=1e-4, rtol=RTOL)
     for (name, p), q in zip(model.named_parameters(), twin.parameters(), strict=True):
         torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=RTOL, msg=f"grad of {name}")
+
+
+# --- PyTorch's current stream ------------------------------------------------------------
+def test_launch_stream_is_torchs_current_stream_for_cuda_tensors(monkeypatch):
+    """Host tensors: no stream (the executor's own). A CUDA tensor: the handle of
+    PyTorch's current stream on that tensor's device (no GPU here: a stand-in tensor
+    and a stand-in current_stream)."""
+    from types import SimpleNamespace
+
+    from hologram_torch.streams import launch_stream
+
+    asked = []
+
+    def current_stream(device):
+        asked.append(device)
+        return SimpleNamespace(cuda_stream=0xBEEF)
+
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    assert launch_stream([torch.ones(2), None, 3.0]) is None
+    gpu = SimpleNamespace(is_cuda=True, device="cuda:1")
+    assert launch_stream([torch.ones(2), gpu]) == 0xBEEF
+    assert asked == ["cuda:1"]
+
+
+def test_compiled_graphs_launch_on_the_stream_torch_names(bench, monkeypatch):
+    """The runner hands Executor.use_stream what launch_stream returns: every kernel and
+    GEMM of the graph goes on that external stream; with host tensors (None), on the
+    executor's own."""
+    from hologram.interop import default_executor
+
+    from .test_cuda_memory import StreamLog
+
+    torch.manual_seed(2)
+    model = bench.mlp()
+    x = torch.randn(8, 64)
+    want = model(x)
+    ex = default_executor("cuda")
+    log = StreamLog(monkeypatch, ex.backend.device)
+    compiled = torch.compile(copy.deepcopy(model), backend="hologram",
+                             options={"executor": "cuda"})
+    with torch.no_grad():
+        # the first call may run eagerly (a shape seen before other batch sizes is
+        # symbolic: the plan learns the concrete shapes); the second runs the plan
+        for _ in range(2):
+            log.calls.clear()
+            torch.testing.assert_close(compiled(x), want.detach(), atol=ATOL, rtol=RTOL)
+    own = {id(ex.backend.stream)}
+    assert log.streams("launch") and {id(s) for s in log.streams("launch")} == own
+    log.calls.clear()
+    monkeypatch.setattr(cb, "launch_stream", lambda tensors: 0xC0FFEE)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), want.detach(), atol=ATOL, rtol=RTOL)
+    handles = {getattr(s, "handle", None) for s in log.streams("launch")}
+    handles |= {getattr(s, "handle", None) for s in log.streams("gemm_strided_batched")}
+    assert handles == {0xC0FFEE}

@@ -68,11 +68,13 @@ class Executor:
         self._buffer_type = Buffer if self._device is None else getattr(
             self.backend, "buffer_type", DeviceBuffer)
         self._memory = MemoryManager(limit=memory_limit, allocator=allocator)
+        self._lock = threading.RLock()
+        # The pools are not thread-safe: the backend takes this lock around its use.
+        self.backend.attach_memory(self._memory, self._lock)
         self._buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
         self._kernels: dict[str, Any] = {}
         # Bound launches of the op library's fast path: key -> (buffer weakrefs, call).
         self._bound: dict[tuple, tuple[tuple[weakref.ref, ...], Any]] = {}
-        self._lock = threading.RLock()
         self.closed = False
 
     @property
@@ -99,6 +101,9 @@ class Executor:
                 buf.free()
             self._kernels.clear()
             self._bound.clear()
+        # Outside our lock: the backend takes its own lock, then ours (launch order).
+        self.backend.release_scratch()
+        with self._lock:
             self._memory.empty_cache()
             self.closed = True
 
@@ -172,6 +177,20 @@ class Executor:
         self._buffers[id(buf)] = buf
         return buf
 
+    def wrap_device(self, array: DeviceArray, dtype: Any, owner: Any = None) -> Buffer:
+        """A Buffer over ``array``, device memory this executor's backend did not allocate
+        (a DLPack import: ``hologram.from_dlpack``), zero-copy; ``owner`` is kept alive
+        with it. The memory stays its producer's: ``free`` only drops the reference."""
+        self._check_open()
+        if self._device is None or not isinstance(array, DeviceArray) \
+                or array.memory is not self._device:
+            raise ArgumentTypeError("array: expected a DeviceArray of this executor's device "
+                                    "memory")
+        d = self._dtype(dtype)
+        buf = self._buffer_type(self, array, tuple(array.shape), d, None, external=owner)
+        self._buffers[id(buf)] = buf
+        return buf
+
     def _release(self, buf: Buffer) -> None:
         with self._lock:
             self._buffers.pop(id(buf), None)
@@ -185,8 +204,11 @@ class Executor:
         return self._memory.stats()
 
     def empty_cache(self) -> None:
-        """Return cached (free) blocks of the linear pool to the system."""
-        self._memory.empty_cache()
+        """Return cached (free) blocks of the linear pool to the system, with the scratch
+        the backend keeps between launches (the CUDA backend's temp blocks)."""
+        self.backend.release_scratch()  # takes its lock, then ours: not under ours
+        with self._lock:
+            self._memory.empty_cache()
 
     @property
     def memory_limit(self) -> int | None:
@@ -281,6 +303,15 @@ class Executor:
 
     def synchronize(self) -> None:
         self.backend.synchronize()
+
+    def use_stream(self, handle: int | None) -> Any:
+        """A context manager: this thread's launches and copies go on the external
+        stream ``handle`` while it is open (the cuda backend: a ``cudaStream_t`` as an
+        int, such as ``torch.cuda.current_stream().cuda_stream``; ordered against the
+        executor's own stream both ways). None: the backend's own stream. Backends
+        without streams take only None."""
+        self._check_open()
+        return self.backend.use_stream(handle)
 
     def _dtype(self, dtype: Any) -> DType:
         d = to_dtype(dtype)

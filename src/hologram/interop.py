@@ -21,6 +21,8 @@ from .buffer import Buffer, DeviceBuffer
 from .errors import ArgumentTypeError, DLPackError, ShapeError
 from .executor import Executor
 
+KDL_CUDA = 2  # DLPack's device type of CUDA device memory (dlpack.h, DLDeviceType)
+
 _DEFAULT: dict[str, Executor] = {}
 _LOCK = threading.Lock()
 
@@ -45,6 +47,14 @@ def from_dlpack(x: Any, executor: Executor | None = None, copy: bool | None = No
     executor with device memory sharing is impossible: the data is copied in.
     """
     ex = executor if executor is not None else default_executor("cpu")
+    imported = _device_import(ex, x)
+    if imported is not None:  # kDLCUDA memory on the executor's GPU: shared, not copied
+        if copy:
+            buf = ex.allocate(imported.shape, imported.isa_dtype)
+            buf.copy_from(imported)
+            imported.free()
+            return buf
+        return imported
     owner = x  # what the new buffer keeps alive when it shares x's memory
     if isinstance(x, DeviceBuffer):  # device memory: only a host copy can leave it
         if copy is False:
@@ -72,6 +82,19 @@ def from_dlpack(x: Any, executor: Executor | None = None, copy: bool | None = No
                              "(copy=False given)")
         arr = np.array(arr, order="C")  # a fresh array: contiguous and aligned
     return ex.wrap(arr, owner=owner)
+
+
+def _device_import(ex: Executor, x: Any) -> Buffer | None:
+    """``x`` as a zero-copy Buffer when it is device memory the executor's backend
+    imports (a CUDA tensor on a cuda executor's GPU), else None."""
+    take = getattr(ex.backend, "import_dlpack", None)
+    where = getattr(x, "__dlpack_device__", None)
+    if take is None or where is None or isinstance(x, Buffer):
+        return None
+    if int(where()[0]) != KDL_CUDA:  # host memory (or another device's): the host path
+        return None
+    array, dtype, owner = take(x)
+    return ex.wrap_device(array, dtype, owner)
 
 
 def _copy_to_device(ex: Executor, arr: np.ndarray, copy: bool | None) -> Buffer:

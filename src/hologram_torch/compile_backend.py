@@ -77,6 +77,7 @@ from .lowering import (
 )
 from .lowering.linalg import batched_gemm as batched_gemm
 from .packed_weights import PackedOperands
+from .streams import launch_stream
 
 __all__ = [
     "ATEN_TABLE",
@@ -896,6 +897,9 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
     plain = [(k, n, td, carrier) for k, (n, _, td, carrier) in enumerate(outs)
              if k not in r.layouts]
     nones = list(r.none_outputs)
+    # A cuda executor launches on PyTorch's current stream when the tensors are CUDA
+    # tensors (streams.py); host backends have no streams.
+    on_cuda = ex.backend.device_type == "cuda"
     direct = ex.backend.pointer_launcher(compiled)
     # Outputs written straight into the graph input they update (pointer launches only:
     # the array path keeps its no-aliasing check).
@@ -962,11 +966,13 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
                        for k, (_, shape, _, carrier) in enumerate(outs)]
         else:
             results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
-        if guard is None:
-            launch(env, results)
-        else:
-            with guard:
+        stream = launch_stream(env[s.node] for s in in_specs) if on_cuda else None
+        with ex.use_stream(stream):
+            if guard is None:
                 launch(env, results)
+            else:
+                with guard:
+                    launch(env, results)
         for k, node, td, carrier in plain:
             t = results[k]
             env[node] = t if td is carrier else t.to(td)

@@ -7,6 +7,7 @@ arrays that view the executor's pools, so results land in place.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -80,6 +81,22 @@ class Backend(ABC):
         will need whatever they hold (runtime libraries), so that a caller that still
         has work of its own to do (PyTorch tracing a graph) overlaps it; ``attention``:
         they will call the fused attention driver. Nothing, by default."""
+
+    def attach_memory(self, memory: Any, lock: Any) -> None:  # noqa: B027 - none kept
+        """The executor's pools (a ``MemoryManager``) and the lock that guards them, for
+        backends that keep scratch of their own there (the CUDA backend's per-program
+        temp blocks). A backend takes ``lock`` after its own, never the other way."""
+
+    def release_scratch(self) -> None:  # noqa: B027 - host backends keep none
+        """Give scratch held across launches back to the pools (``Executor.empty_cache``
+        and ``close`` call it before emptying the pools' caches)."""
+
+    def use_stream(self, handle: int | None) -> Any:
+        """A context putting this thread's work on an external stream ``handle`` (an int
+        handle of the device's streams); a backend with no streams takes only None."""
+        if handle is not None:
+            raise ValueError(f"stream: backend {self.name!r} has no streams, got {handle!r}")
+        return contextlib.nullcontext()
 
     def synchronize(self) -> None:  # noqa: B027 - a no-op is right for host backends
         """Wait for launched work; host backends finish before launch returns."""

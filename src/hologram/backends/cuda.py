@@ -24,10 +24,11 @@ small interface of ``cuda_device.py``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,37 +39,50 @@ from ..compiler.gemm_layout import GemmDesc, gemm_desc, unreadable_operand
 from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launches
 from ..compiler.render_cuda import render_cuda
 from ..compiler.schedule import AttentionPlan, GemmPlan, KernelPlan, NeedsMaterialize
-from ..errors import DTypeError, HologramError
+from ..compiler.temp_memory import TempLayout, plan_temps
+from ..errors import DLPackError, DTypeError, HologramError
+from ..isa.dtypes import BY_NAME
 from ..isa.index_errors import index_sites, out_of_range
 from ..isa.program import Program
 from ..isa.value import Value
+from ..memory import MemoryManager, device_allocator
 from ..memory.device import DeviceArray
 from .base import Backend
 from .cpu import ProgramStats, canonical_form, check_no_empty_steps
 from .cuda_device import Allocation, CudaDevice, open_device
+from .cuda_dlpack import import_device_array
+from .cuda_scratch import TempBlocks
 
 HG_SLOTS = 64  # render_cuda's HgArgs: 64 device addresses
 #: Resident blocks per multiprocessor a grid-stride launch aims for.
 BLOCKS_PER_SM = 32
-#: dtypes the CUDA renderer types for NVRTC (f16/bf16 render as _Float16/__bf16,
-#: which NVRTC does not know: they need cuda_fp16.h spellings first).
-SUPPORTED = frozenset({"f32", "f64", "i32", "i64", "bool"})
+#: dtypes the CUDA renderer types for NVRTC: f16 and bf16 are stored as cuda_fp16.h's
+#: ``__half`` and cuda_bf16.h's ``__nv_bfloat16`` and computed in float, rounded after
+#: every instruction (``render_cuda.HALF``).
+SUPPORTED = frozenset({"f16", "bf16", "f32", "f64", "i32", "i64", "bool"})
+#: dtypes of the products cuBLAS computes (f16/bf16: float accumulation, result rounded).
+CUBLAS_DTYPES = ("f16", "bf16", "f32", "f64")
 DLPACK_CUDA, DLPACK_EXT_DEV = 2, 12
 
 
 class CudaMemory:
     """A CUDA device as ``DeviceMemory`` for the executor's pools (``memory/device.py``):
-    each pool block is one device allocation; copies go on the backend's stream."""
+    each pool block is one device allocation; copies go on the backend's current
+    stream (``stream_of``: its own, or an external one it was handed)."""
 
     name = "cuda"
 
-    def __init__(self, device: CudaDevice, stream: Any) -> None:
+    def __init__(self, device: CudaDevice, stream_of: Callable[[], Any]) -> None:
         self.device = device
-        self.stream = stream
+        self._stream_of = stream_of
         # The emulated device is no GPU: it reports DLPack's extension-device type and
         # exports host copies only (DeviceBuffer), never a CUDA pointer.
         self.dlpack_device = ((DLPACK_EXT_DEV, 0) if device.properties.emulated
                               else (DLPACK_CUDA, 0))
+
+    @property
+    def stream(self) -> Any:
+        return self._stream_of()
 
     def create(self, nbytes: int) -> Allocation:
         return self.device.alloc(nbytes)
@@ -144,7 +158,7 @@ class GemmCall:
 
 def gemm_call(desc: GemmDesc, slots: dict[Any, int], tf32: bool = False) -> GemmCall:
     """The cuBLAS calls computing ``desc`` (a row-major product, BLAS-readable views)."""
-    item = 8 if desc.dtype == "f64" else 4
+    item = BY_NAME[desc.dtype].itemsize
     batch = desc.batch
     last = batch[-1] if batch else 1
     strides = [op.batch_strides for op in (desc.a, desc.b, desc.c)]
@@ -174,12 +188,12 @@ class CudaProgram:
     stats: ProgramStats
     steps: list[KernelLaunch | GemmCall]
     temps: list[int]  # bytes of each temp, in slot order after the outputs
+    temp_layout: TempLayout  # where each temp lives in the program's one block
     n_in: int
     n_out: int
     arena_slot: int
     index_sites: list[Value] = field(default_factory=list)
     error_address: int = 0  # the module's hg_index_error, when it indexes at run time
-    temp_memory: list[Allocation] = field(default_factory=list)  # made on first launch
     module: Any = None
 
     @property
@@ -219,7 +233,12 @@ class CudaBackend(Backend):
         self.device: CudaDevice = open_device()
         self.properties = self.device.properties
         self.stream = self.device.stream()
-        self.memory = CudaMemory(self.device, self.stream)
+        self._external = threading.local()  # .stream: a stream handed in (use_stream)
+        self.memory = CudaMemory(self.device, self.current_stream)
+        # Each program's temps: one device block, from the executor's pools once an
+        # executor attaches them (cuda_scratch.py), else from pools of our own.
+        self.temp_blocks = TempBlocks(
+            self.device, lambda: MemoryManager(allocator=device_allocator(self.memory)))
         self._threads = 256
         #: f32 GEMMs may round their inputs to tf32 (faster on tensor cores, ~1e-3
         #: relative error, as torch.backends.cuda.matmul.allow_tf32); off by default.
@@ -266,13 +285,14 @@ class CudaBackend(Backend):
             for i, st in enumerate(sched.steps):
                 if not isinstance(st, GemmPlan):
                     continue
-                d = gemm_desc(st.value, sched.buffers, st.out, False)
+                d = gemm_desc(st.value, sched.buffers, st.out, False, CUBLAS_DTYPES)
                 if d is None:
-                    copy = unreadable_operand(st.value, sched.buffers)
+                    copy = unreadable_operand(st.value, sched.buffers, CUBLAS_DTYPES)
                     if copy is not None:  # planned again with that view in a buffer
                         raise NeedsMaterialize(copy)
                     raise DTypeError(f"GEMM {st.value.dtype}{list(st.value.shape)}: cuBLAS "
-                                     "is called for f32 and f64 products only")
+                                     f"is called for {', '.join(CUBLAS_DTYPES)} products "
+                                     "only")
                 gemms[i] = d
             source, lm = render_cuda(sched, slots)
             launch_map.clear()
@@ -302,8 +322,8 @@ class CudaBackend(Backend):
                if module is not None and "hg_index_error" in low.source else 0)
         stats = ProgramStats(before, compute_instructions(canon), unfused_launches(program),
                              len(steps), rules)
-        return CudaProgram(program, canon, low, stats, steps, temps, n_in, n_out,
-                           n_in + n_out + len(temps), sites if err else [], err, [], module)
+        return CudaProgram(program, canon, low, stats, steps, temps, plan_temps(sched), n_in,
+                           n_out, n_in + n_out + len(temps), sites if err else [], err, module)
 
     def _kernel_launch(self, module: Any, name: str, kind: str, count: int) -> KernelLaunch:
         t = self._threads
@@ -314,11 +334,12 @@ class CudaBackend(Backend):
     def launch(self, compiled: CudaProgram, inputs: Sequence[Any], outputs: Sequence[Any],
                arena: Any = None) -> None:
         """Run every step in order on the backend's stream. ``DeviceArray`` operands are
-        used where they are; NumPy ones are uploaded first, and NumPy outputs (and a
-        host arena the program writes) read back before this returns."""
+        used where they are; NumPy ones are staged in pool memory (uploaded first), and
+        NumPy outputs (and a host arena the program writes) read back before this
+        returns."""
         c = compiled
         dev = self.device
-        keep: list[Allocation] = []  # scratch device memory alive through the launch
+        staged: list[Any] = []  # pool blocks of the host operands, alive through the launch
         reads: list[tuple[np.ndarray, int]] = []  # (host destination, device address)
 
         def address(a: Any, read: bool, write: bool) -> int:
@@ -327,44 +348,46 @@ class CudaBackend(Backend):
             a = np.asarray(a)
             if not a.nbytes:
                 return 0
-            scratch = dev.alloc(a.nbytes)
-            keep.append(scratch)
+            block = self.temp_blocks.staging(a.nbytes)
+            staged.append(block)
+            ptr = block.array.handle.ptr + block.array.offset
             if read:
-                dev.copy_h2d(scratch.ptr, np.ascontiguousarray(a), self.stream)
+                dev.copy_h2d(ptr, np.ascontiguousarray(a), self.current_stream())
             if write:
-                reads.append((a, scratch.ptr))
-            return scratch.ptr
+                reads.append((a, ptr))
+            return ptr
 
         with self._lock:
-            addresses = [address(a, True, False) for a in inputs]
-            addresses += [address(a, False, True) for a in outputs]
-            addresses += self._temps(c)
-            arena_addr = 0
-            if c.program.uses_arena:
-                if arena is None:
-                    raise HologramError("the program uses Φ addressing but no boundary "
-                                        "pool was given")
-                arena_addr = address(arena, True, True)
-            addresses.append(arena_addr)
-            self._run(c, addresses)
-            for host, ptr in reads:
-                if host.flags.c_contiguous:
-                    dev.copy_d2h(host, ptr, self.stream)
-                else:
-                    tmp = np.empty(host.shape, host.dtype)
-                    dev.copy_d2h(tmp, ptr, self.stream)
-                    host[...] = tmp
-            self._check_index(c)
+            try:
+                addresses = [address(a, True, False) for a in inputs]
+                addresses += [address(a, False, True) for a in outputs]
+                addresses += self._temps(c)
+                arena_addr = 0
+                if c.program.uses_arena:
+                    if arena is None:
+                        raise HologramError("the program uses Φ addressing but no boundary "
+                                            "pool was given")
+                    arena_addr = address(arena, True, True)
+                addresses.append(arena_addr)
+                self._run(c, addresses)
+                for host, ptr in reads:
+                    if host.flags.c_contiguous:
+                        dev.copy_d2h(host, ptr, self.current_stream())
+                    else:
+                        tmp = np.empty(host.shape, host.dtype)
+                        dev.copy_d2h(tmp, ptr, self.current_stream())
+                        host[...] = tmp
+                self._check_index(c)
+            finally:
+                self.temp_blocks.unstage(staged, self.current_stream())
 
     def _temps(self, c: CudaProgram) -> list[int]:
-        """Device addresses of the program's temps (allocated once, reused: launches of
-        one program are ordered on one stream)."""
-        if len(c.temp_memory) != len(c.temps):
-            c.temp_memory = [self.device.alloc(n) for n in c.temps]
-        return [m.ptr if m.nbytes else 0 for m in c.temp_memory]
+        """Device addresses of the program's temps: its one block, laid out by lifetime,
+        allocated on the first launch and reused (``cuda_scratch.py``)."""
+        return self.temp_blocks.addresses(c, c.temp_layout, self.current_stream())
 
     def _run(self, c: CudaProgram, addresses: list[int]) -> None:
-        dev, stream = self.device, self.stream
+        dev, stream = self.device, self.current_stream()
         args = pack_args(addresses)
         for step in c.steps:
             if isinstance(step, KernelLaunch):
@@ -383,9 +406,9 @@ class CudaBackend(Backend):
         if not c.error_address:
             return
         rec = np.zeros(2, np.uint64)
-        self.device.copy_d2h(rec, c.error_address, self.stream)
+        self.device.copy_d2h(rec, c.error_address, self.current_stream())
         if rec[0]:
-            self.device.memset(c.error_address, 0, 16, self.stream)
+            self.device.memset(c.error_address, 0, 16, self.current_stream())
             raise out_of_range(c.index_sites[int(rec[0]) - 1], int(rec[1].astype(np.int64)))
 
     def pointer_launcher(self, compiled: CudaProgram
@@ -411,7 +434,70 @@ class CudaBackend(Backend):
 
     def synchronize(self) -> None:
         """Wait until every launch and copy queued so far has finished."""
-        self.device.synchronize(self.stream)
+        self.device.synchronize(self.current_stream())
+
+    # --- memory and streams ---------------------------------------------------------
+    def import_dlpack(self, x: Any) -> tuple[DeviceArray, Any, Any]:
+        """``x`` (a kDLCUDA DLPack producer on this device: a ``torch.cuda`` tensor, a
+        CuPy array) as a window of device memory, zero-copy (``cuda_dlpack.py``): the
+        array, its ISA dtype, the owner to keep alive with it. The producer orders its
+        work before this thread's stream."""
+        if self.memory.dlpack_device[0] != DLPACK_CUDA:
+            raise DLPackError("x: the emulated CUDA device is host memory, not a GPU's: it "
+                              "takes no kDLCUDA tensors (copy them in with from_numpy)")
+        handle = self.device.stream_handle(self.current_stream())
+        return import_device_array(x, self.memory, handle)
+
+    def attach_memory(self, memory: MemoryManager, lock: Any) -> None:
+        """Programs' temp blocks come from ``memory``, the executor's pools (``lock``
+        guards them)."""
+        with self._lock:
+            self.temp_blocks.attach(memory, lock)
+
+    def release_scratch(self) -> None:
+        """Give the programs' temp blocks back to the pools (``Executor.empty_cache``)."""
+        with self._lock:
+            self.temp_blocks.release()
+
+    def current_stream(self) -> Any:
+        """The stream this thread's work goes on: an external one inside
+        :meth:`use_stream`, else the backend's own."""
+        external = getattr(self._external, "stream", None)
+        return self.stream if external is None else external
+
+    @contextlib.contextmanager
+    def use_stream(self, handle: int | None) -> Iterator[None]:
+        """Put this thread's launches and copies on the external CUDA stream ``handle``
+        (a ``cudaStream_t`` as an int, e.g. ``torch.cuda.current_stream().cuda_stream``)
+        while the block runs; None: the backend's own stream.
+
+        Stream semantics both ways: the external stream first waits for the work queued
+        on the stream used so far, and when the block ends the stream used afterwards
+        waits for the work queued on the external one, so no read or write crosses."""
+        if handle is None:
+            yield
+            return
+        if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
+            raise ValueError(f"stream: expected a CUDA stream handle (an int >= 0), got "
+                             f"{handle!r}")
+        outer = self.current_stream()
+        inner = self.device.external_stream(handle)
+        self._handoff(outer, inner)
+        saved = getattr(self._external, "stream", None)
+        self._external.stream = inner
+        try:
+            yield
+        finally:
+            self._external.stream = saved
+            self._handoff(inner, outer)
+            with self._lock:
+                self.temp_blocks.handed_over(inner, outer)
+
+    def _handoff(self, before: Any, after: Any) -> None:
+        """Make ``after``'s later work wait for what is queued on ``before`` now."""
+        event = self.device.event()
+        self.device.record(event, before)
+        self.device.wait(after, event)
 
 
 def launches(compiled: CudaProgram) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:

@@ -35,6 +35,9 @@ from .cuda_device import Allocation, CudaDeviceError, DeviceProperties
 _MEMCPY_H2D, _MEMCPY_D2H, _MEMCPY_D2D = 1, 2, 3  # cudaMemcpyKind
 _OP_N, _OP_T = 0, 1  # cublasOperation_t
 _TF32_MATH, _DEFAULT_MATH = 3, 0  # cublasMath_t
+#: cudaDataType_t of the 16-bit products (cublasGemmStridedBatchedEx), computed in float.
+_HALF_TYPES = {"f16": 2, "bf16": 14}  # CUDA_R_16F, CUDA_R_16BF
+_COMPUTE_32F, _GEMM_DEFAULT = 68, -1  # cublasComputeType_t, cublasGemmAlgo_t
 
 
 def problem() -> str | None:
@@ -160,15 +163,22 @@ class CupyDevice:
                              stream: Any = None, tf32: bool = False) -> None:
         cb = self.cublas
         handle = self.cp.cuda.device.get_cublas_handle()
-        t = np.float64 if dtype == "f64" else np.float32
+        t = np.float64 if dtype == "f64" else np.float32  # alpha, beta: float for 16 bits
         one, zero = np.ones(1, t), np.zeros(1, t)
-        fn = cb.dgemmStridedBatched if dtype == "f64" else cb.sgemmStridedBatched
+        ta, tb = _OP_T if trans_a else _OP_N, _OP_T if trans_b else _OP_N
         with self.cp.cuda.ExternalStream(self._stream_ptr(stream)):
             cb.setStream(handle, self._stream_ptr(stream))
             cb.setMathMode(handle, _TF32_MATH if tf32 and dtype == "f32" else _DEFAULT_MATH)
-            fn(handle, _OP_T if trans_a else _OP_N, _OP_T if trans_b else _OP_N, m, n, k,
-               one.ctypes.data, a, lda, stride_a, b, ldb, stride_b, zero.ctypes.data, c, ldc,
-               stride_c, batch)
+            half = _HALF_TYPES.get(dtype)
+            if half is not None:
+                cb.gemmStridedBatchedEx(handle, ta, tb, m, n, k, one.ctypes.data, a, half,
+                                        lda, stride_a, b, half, ldb, stride_b,
+                                        zero.ctypes.data, c, half, ldc, stride_c, batch,
+                                        _COMPUTE_32F, _GEMM_DEFAULT)
+                return
+            fn = cb.dgemmStridedBatched if dtype == "f64" else cb.sgemmStridedBatched
+            fn(handle, ta, tb, m, n, k, one.ctypes.data, a, lda, stride_a, b, ldb, stride_b,
+               zero.ctypes.data, c, ldc, stride_c, batch)
 
     def export_dlpack(self, ptr: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...],
                       owner: Any, stream: Any, consumer_stream: Any) -> Any:
@@ -183,6 +193,12 @@ class CupyDevice:
     # --- ordering -------------------------------------------------------------------
     def stream(self) -> Any:
         return self.cp.cuda.Stream(non_blocking=True)
+
+    def external_stream(self, handle: int) -> Any:
+        return self.cp.cuda.ExternalStream(handle)
+
+    def stream_handle(self, stream: Any) -> int:
+        return int(stream.ptr)
 
     def event(self) -> Any:
         return self.cp.cuda.Event(disable_timing=True)

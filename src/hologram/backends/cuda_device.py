@@ -114,6 +114,13 @@ class CudaDevice(Protocol):
     def stream(self) -> Any:
         """A new stream (work on it runs in order)."""
 
+    def stream_handle(self, stream: Any) -> int:
+        """``stream`` as the int DLPack's ``__dlpack__(stream=...)`` takes."""
+
+    def external_stream(self, handle: int) -> Any:
+        """The stream ``handle`` (a ``cudaStream_t`` another library made, as an int) as a
+        stream of this device; it stays its owner's."""
+
     def event(self) -> Any:
         """A new event, to record on one stream and wait for on another."""
 

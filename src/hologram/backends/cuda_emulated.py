@@ -37,7 +37,23 @@ from ..memory.boundary import aligned_empty
 from .cuda_device import Allocation, CudaDeviceError, DeviceProperties
 
 ORDERS = {"forward": 0, "reverse": 1, "shuffled": 2}
-_NP = {"f32": np.float32, "f64": np.float64}
+#: GEMM dtype -> (the element as NumPy sees it, to float32, from float32 rounded to
+#: nearest even): f16 and bf16 products are computed in float32, as cuBLAS's
+#: CUBLAS_COMPUTE_32F does, and rounded once (bf16 as raw bits: no ml_dtypes needed).
+_GEMM: dict[str, tuple[Any, Any, Any]] = {
+    "f32": (np.float32, None, None),
+    "f64": (np.float64, None, None),
+    "f16": (np.float16, lambda a: a.astype(np.float32), lambda a: a.astype(np.float16)),
+    "bf16": (np.uint16, lambda a: (a.astype(np.uint32) << 16).view(np.float32),
+             lambda a: _bf16_bits(a)),
+}
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 ``x`` rounded to bfloat16, nearest even, as raw bits (NaN stays NaN)."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16
+    return np.where(np.isnan(x), (bits >> 16) | 0x40, rounded).astype(np.uint16)
 
 
 def _compiler_command() -> list[str] | None:
@@ -74,10 +90,15 @@ class EmulatedKernel:
 
 
 class _Stream:
-    """A stream on a device where everything finishes at once: it only has a name."""
+    """A stream on a device where everything finishes at once: it only has a name (and,
+    for an external one, the handle it was made from)."""
+
+    def __init__(self, handle: int | None = None) -> None:
+        self.handle = handle
 
     def __repr__(self) -> str:
-        return "<emulated stream>"
+        return ("<emulated stream>" if self.handle is None else
+                f"<emulated external stream {self.handle:#x}>")
 
 
 class EmulatedDevice:
@@ -97,11 +118,13 @@ class EmulatedDevice:
         self._stacks: mmap.mmap | None = None
         self._stack_addr = 0
         self.launches = 0
+        self.allocations = 0  # device allocations made (tests count them per call)
 
     # --- memory ---------------------------------------------------------------------
     def alloc(self, nbytes: int) -> Allocation:
         raw = aligned_empty(max(int(nbytes), 1), 256)
         raw.fill(0)
+        self.allocations += 1
         return Allocation(raw.ctypes.data, int(nbytes), raw)
 
     def free(self, allocation: Allocation) -> None:
@@ -194,18 +217,30 @@ class EmulatedDevice:
         """cuBLAS's column-major strided-batched GEMM as NumPy matmul on strided views;
         with ``tf32`` the inputs are first rounded to tf32 (10 mantissa bits), as tensor
         cores read them."""
-        t = np.dtype(_NP[dtype])
+        raw, widen, narrow = _GEMM[dtype]
+        t = np.dtype(raw)
         A = _colmajor(a, t, batch, stride_a, *((k, m) if trans_a else (m, k)), lda)  # noqa: N806
         B = _colmajor(b, t, batch, stride_b, *((n, k) if trans_b else (k, n)), ldb)  # noqa: N806
         if tf32 and dtype == "f32":
             A, B = _tf32(A), _tf32(B)  # noqa: N806
         C = _colmajor(c, t, batch, stride_c, m, n, ldc)  # noqa: N806
-        np.matmul(A.swapaxes(1, 2) if trans_a else A, B.swapaxes(1, 2) if trans_b else B,
-                  out=C)
+        if widen is not None:
+            A, B = widen(A), widen(B)  # noqa: N806
+        product = np.matmul(A.swapaxes(1, 2) if trans_a else A,
+                            B.swapaxes(1, 2) if trans_b else B, out=None if narrow else C)
+        if narrow is not None:
+            C[...] = narrow(product)
 
     # --- ordering -------------------------------------------------------------------
     def stream(self) -> _Stream:
         return _Stream()
+
+    def external_stream(self, handle: int) -> _Stream:
+        return _Stream(handle)
+
+    def stream_handle(self, stream: _Stream) -> int:
+        """An external stream's handle, else a name unique while the stream lives."""
+        return stream.handle if stream.handle is not None else id(stream)
 
     def event(self) -> object:
         return object()

@@ -121,6 +121,83 @@ template <class T> static T atomicOr(T *p, T v) { T o = *p; *p = o | v; return o
 template <class T> static T atomicAnd(T *p, T v) { T o = *p; *p = o & v; return o; }
 template <class T> static T atomicCAS(T *p, T cmp, T v) {
   T o = *p; if (o == cmp) *p = v; return o; }
+/* cuda_fp16.h and cuda_bf16.h on the host (the source's #include lines are dropped):
+   the two-byte types, their conversions to and from float, and the rounding ones, to
+   nearest even, bit for bit as the CUDA headers' (NaN: a quiet NaN, as theirs). */
+template <class U, int SM, int SE, int DM, int DE>
+static unsigned short hg_narrow(U x) {
+  const int sbias = (1 << (SE - 1)) - 1, dbias = (1 << (DE - 1)) - 1, emin = 1 - dbias;
+  const unsigned short sign = (unsigned short)(((x >> (SM + SE)) & 1u) << (DM + DE));
+  const U ex = (x >> SM) & ((U(1) << SE) - 1), man = x & ((U(1) << SM) - 1);
+  const unsigned short inf = (unsigned short)(((1u << DE) - 1u) << DM);
+  if (ex == (U(1) << SE) - 1)
+    return sign | inf | (man ? (unsigned short)(1u << (DM - 1)) : 0);
+  int e;  /* the value is sig * 2^(e - SM) */
+  U sig;
+  if (ex == 0) {
+    if (!man) return sign;
+    e = 1 - sbias; sig = man;
+  } else {
+    e = (int)ex - sbias; sig = man | (U(1) << SM);
+  }
+  if (e > dbias) return sign | inf;
+  const int shift = SM - DM + (e < emin ? emin - e : 0);
+  if (shift > SM + 1) return sign;  /* under half the smallest subnormal */
+  U q = sig >> shift;
+  const U rem = sig & ((U(1) << shift) - 1), half = U(1) << (shift - 1);
+  if (rem > half || (rem == half && (q & 1))) q++;
+  unsigned be = (unsigned)((e < emin ? emin : e) + dbias);  /* q * 2^(be - dbias - DM) */
+  if (q >> (DM + 1)) { q >>= 1; be++; }  /* rounding carried into a new bit */
+  if (!(q >> DM)) be = 0;  /* a subnormal */
+  if (be >= (1u << DE) - 1u) return sign | inf;
+  return sign | (unsigned short)(be << DM) | (unsigned short)(q & ((U(1) << DM) - 1));
+}
+static unsigned hg_f32_bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static unsigned long long hg_f64_bits(double f) {
+  unsigned long long u; memcpy(&u, &f, 8); return u; }
+static float hg_bits_f32(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static float hg_half_bits_to_float(unsigned short h) {
+  const unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu;
+  unsigned m = h & 0x3ffu;
+  if (e == 31) return hg_bits_f32(sign | 0x7f800000u | (m << 13));
+  if (e) return hg_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+  if (!m) return hg_bits_f32(sign);
+  unsigned be = 113;
+  while (!(m & 0x400u)) { m <<= 1; be--; }
+  return hg_bits_f32(sign | (be << 23) | ((m & 0x3ffu) << 13));
+}
+struct __half;
+static __half __float2half_rn(float f);
+static float __half2float(__half h);
+struct __half {
+  unsigned short __x;
+  __half() = default;
+  __half(float f) : __x(__float2half_rn(f).__x) {}
+  operator float() const { return __half2float(*this); }
+  __half &operator=(float f) { __x = __float2half_rn(f).__x; return *this; }
+};
+static __half __hg_half(unsigned short x) { __half h; h.__x = x; return h; }
+static __half __float2half_rn(float f) {
+  return __hg_half(hg_narrow<unsigned, 23, 8, 10, 5>(hg_f32_bits(f))); }
+static __half __double2half(double f) {
+  return __hg_half(hg_narrow<unsigned long long, 52, 11, 10, 5>(hg_f64_bits(f))); }
+static float __half2float(__half h) { return hg_half_bits_to_float(h.__x); }
+struct __nv_bfloat16;
+static __nv_bfloat16 __float2bfloat16_rn(float f);
+static float __bfloat162float(__nv_bfloat16 h);
+struct __nv_bfloat16 {
+  unsigned short __x;
+  __nv_bfloat16() = default;
+  __nv_bfloat16(float f) : __x(__float2bfloat16_rn(f).__x) {}
+  operator float() const { return __bfloat162float(*this); }
+  __nv_bfloat16 &operator=(float f) { __x = __float2bfloat16_rn(f).__x; return *this; }
+};
+static __nv_bfloat16 __hg_bf16(unsigned short x) { __nv_bfloat16 h; h.__x = x; return h; }
+static __nv_bfloat16 __float2bfloat16_rn(float f) {
+  return __hg_bf16(hg_narrow<unsigned, 23, 8, 7, 8>(hg_f32_bits(f))); }
+static __nv_bfloat16 __double2bfloat16(double f) {
+  return __hg_bf16(hg_narrow<unsigned long long, 52, 11, 7, 8>(hg_f64_bits(f))); }
+static float __bfloat162float(__nv_bfloat16 h) { return hg_bits_f32((unsigned)h.__x << 16); }
 /* NVRTC's source defines these itself (it has no libc headers). */
 #undef NAN
 #undef INFINITY
@@ -256,8 +333,16 @@ extern "C" int hg_emu_launch(void *kernel, const void *args, unsigned gx, unsign
 """
 
 
+#: The CUDA headers the prelude stands in for: their #include lines become comments
+#: (the line count stays, so errors name the source's own lines).
+HOST_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")
+
+
 def host_source(cuda_source: str) -> str:
-    """The host C++ translation unit for ``cuda_source`` (NVRTC's source, untouched)."""
+    """The host C++ translation unit for ``cuda_source`` (NVRTC's source, its CUDA
+    header includes answered by the prelude)."""
+    for h in HOST_HEADERS:
+        cuda_source = cuda_source.replace(f"#include <{h}>", f"/* {h}: the host prelude's */")
     return HOST_PRELUDE + "#line 1 \"kernel.cu\"\n" + cuda_source + HOST_LAUNCHER
 
 

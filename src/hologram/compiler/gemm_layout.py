@@ -19,6 +19,8 @@ from .schedule import BufRef, view_chain
 
 #: Batch axes the runtime's descriptor has room for (contiguous ones are merged first).
 MAX_BATCH_DIMS = 6
+#: dtypes a host BLAS multiplies (a device library may take more: cuBLAS f16/bf16).
+BLAS_DTYPES = ("f32", "f64")
 _INT32_MAX = 2**31 - 1
 
 
@@ -47,7 +49,7 @@ class Operand:
 class GemmDesc:
     """Everything the C GEMM driver needs for ``C[b] = A[b] @ B[b]`` over a batch."""
 
-    dtype: str  # 'f32' | 'f64'
+    dtype: str  # 'f32' | 'f64' (host BLAS); cuBLAS also 'f16' | 'bf16'
     batch: tuple[int, ...]  # merged batch shape (empty for a plain product)
     m: int
     n: int
@@ -164,7 +166,8 @@ def _merge_batch(shape: tuple[int, ...], per_operand: list[tuple[int, ...]]
     return new_shape, strides
 
 
-def unreadable_operand(v: Value, buffers: dict[int, BufRef]) -> Value | None:
+def unreadable_operand(v: Value, buffers: dict[int, BufRef],
+                       dtypes: tuple[str, ...] = BLAS_DTYPES) -> Value | None:
     """The operand of GEMM ``v`` that is a view BLAS cannot read in place (a reshape of a
     permuted buffer that would need a copy, a broadcast matrix), or None.
 
@@ -174,7 +177,7 @@ def unreadable_operand(v: Value, buffers: dict[int, BufRef]) -> Value | None:
     spin against ours after every call; it also made every program with such a GEMM
     launch step by step through Python (session 9: GPT-2's attention output,
     ``[B, H, L, E]`` viewed as ``[B * L, H * E]``, twelve times per forward)."""
-    if v.dtype.name not in ("f32", "f64"):
+    if v.dtype.name not in dtypes:
         return None
     for s in v.srcs:
         if id(s) in buffers:  # a buffer of its own is contiguous: BLAS reads it
@@ -186,10 +189,10 @@ def unreadable_operand(v: Value, buffers: dict[int, BufRef]) -> Value | None:
 
 
 def gemm_desc(v: Value, buffers: dict[int, BufRef], out: BufRef,
-              int64: bool) -> GemmDesc | None:
+              int64: bool, dtypes: tuple[str, ...] = BLAS_DTYPES) -> GemmDesc | None:
     """The BLAS-ready description of GEMM ``v`` writing ``out``, or None if BLAS
-    cannot read the operands in place (or the dtype has no BLAS routine)."""
-    if v.dtype.name not in ("f32", "f64"):
+    cannot read the operands in place (or ``dtypes``, the library's, lack its dtype)."""
+    if v.dtype.name not in dtypes:
         return None
     a, b = (strided(s, buffers) for s in v.srcs)
     if a is None or b is None:

@@ -209,6 +209,23 @@ class CRenderer(IndexKernels):
     def ctype(self, d: DType) -> str:
         return d.ctype
 
+    def template(self, op: Op, d: DType) -> str:
+        """The element-wise template of ``op`` on operands of ``d``."""
+        return KIND_TEMPLATES.get(d.kind, {}).get(op) or TEMPLATES[op]
+
+    def storage_type(self, d: DType) -> str:
+        """The element type of buffers of ``d`` (a dialect may compute in a wider type
+        than it stores: CUDA keeps f16 in ``__half`` and computes in float)."""
+        return self.ctype(d)
+
+    def accumulator_type(self, d: DType) -> str:
+        """What a reduction of ``d`` accumulates in, where f32 sums do not take double."""
+        return self.ctype(d)
+
+    def cast_code(self, v: Value, code: str) -> str:
+        """``code`` (of ``v``'s source dtype) converted to ``v``'s dtype."""
+        return f"(({self.ctype(v.dtype)}){code})"
+
     def fresh(self, prefix: str = "t") -> str:
         self.n += 1
         return f"{prefix}{self.n}"
@@ -237,13 +254,13 @@ class CRenderer(IndexKernels):
         if name is None:
             name = f"p{key[0]}_{ref.dtype.name}" + (f"_{key[2]}" if key[2] else "")
             self.pointers[key] = name
-            self.pointer_decls.append(f"{self.ctype(ref.dtype)} *{name} = "
+            self.pointer_decls.append(f"{self.storage_type(ref.dtype)} *{name} = "
                                       f"{self.slot_expr(ref)};")
         return name
 
     def slot_expr(self, ref: BufRef) -> str:
         slot = self.slots[ref]
-        t = self.ctype(ref.dtype)
+        t = self.storage_type(ref.dtype)
         if ref.kind == "arena":
             return f"({t} *)((char *)B[{slot}] + {ref.offset})"
         return f"({t} *)B[{slot}]"
@@ -343,7 +360,7 @@ class CRenderer(IndexKernels):
         if g in (Group.UNARY, Group.BINARY, Group.COMPARE, Group.TERNARY, Group.SELECT):
             args = [self.emit(s, idx, cur, flat) for s in v.srcs]
             d = v.srcs[-1].dtype
-            tmpl = KIND_TEMPLATES.get(d.kind, {}).get(v.op) or TEMPLATES[v.op]
+            tmpl = self.template(v.op, d)
             if v.op in SPECIAL:
                 self.specials.add(v.op)
             f = self.suffix.get(d.name, "")
@@ -354,7 +371,7 @@ class CRenderer(IndexKernels):
             return self.bind(code, v.dtype, vars_, cur, key)
         if g is Group.CAST:
             a = self.emit(v.srcs[0], idx, cur, flat)
-            return self.bind(f"(({self.ctype(v.dtype)}){a.code})", v.dtype, a.vars, cur, key)
+            return self.bind(self.cast_code(v, a.code), v.dtype, a.vars, cur, key)
         if flat:
             if v.op is Op.RESHAPE:  # a reshape keeps the row-major flat index
                 return self.emit(v.srcs[0], idx, cur, flat)
@@ -470,7 +487,7 @@ class CRenderer(IndexKernels):
         short_sum = (v.op is Op.RSUM and count <= FLOAT_SUM_MAX and home.kind == "outer"
                      and tuple(axes) == (src.ndim - 1,))
         wide = ("double" if d.name == "f32" and v.op in (Op.RSUM, Op.RPROD) and not short_sum
-                else self.ctype(d))
+                else self.accumulator_type(d))
         sub = list(idx)
         rem = r
         for a, s, st in zip(axes, sizes, self.strides(tuple(sizes)), strict=True):

@@ -100,6 +100,16 @@ class MemoryManager:
         self._adopt(block)
         return block
 
+    def allocate_scratch(self, nbytes: int) -> Block:
+        """A block of ``nbytes`` from the linear pool only: a backend's scratch (a
+        program's temps), counted in the statistics and the limit like any buffer but
+        never taking boundary classes, which Φ addresses and ``allocate_boundary`` own."""
+        nbytes = check_nbytes(nbytes)
+        block = (Block(self._allocator(0, ALIGNMENT), 0, "none") if nbytes == 0 else
+                 Block(self._linear.alloc(nbytes), nbytes, "linear"))
+        self._adopt(block)
+        return block
+
     def allocate_boundary(self, class_index: int, nbytes: int) -> Block:
         """A block at class ``class_index`` (Φ(class_index, 0, 0)) spanning ``nbytes``.
 
