@@ -52,7 +52,8 @@ HG_SLOTS = 64  # render_cuda's HgArgs: 64 device addresses
 BLOCKS_PER_SM = 32
 #: dtypes the CUDA renderer types for NVRTC (f16/bf16 render as _Float16/__bf16,
 #: which NVRTC does not know: they need cuda_fp16.h spellings first).
-SUPPORTED = frozenset({"f32", "f64", "i32", "i64", "bool"})
+SUPPORTED = frozenset({"f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
+                       "bool"})
 DLPACK_CUDA, DLPACK_EXT_DEV = 2, 12
 
 
