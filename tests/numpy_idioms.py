@@ -78,6 +78,7 @@ IDIOMS: list[Idiom] = [
     # bool as int8, which hologram refuses clearly)
     Idiom("x & y", lambda x, y: x & y, 2),
     Idiom("x | 6", lambda x: x | 6),
+    Idiom("np.left_shift(bool)", lambda x: np.left_shift(x > 0, x > 1)),  # int8 shifts
     Idiom("x ^ y", lambda x, y: x ^ y, 2),
     Idiom("~x", lambda x: ~x),
     Idiom("3 & ~x", lambda x: 3 & ~x),
@@ -276,7 +277,6 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
     ("np.einsum ii->i", lambda x: np.einsum("ii->i", x), "einsum"),
     ("np.einsum ...", lambda x: np.einsum("...j->...", x), "einsum"),
     ("np.bitwise_count", lambda x: np.bitwise_count(x.astype(np.int32)), "np.bitwise_count"),
-    ("np.left_shift(bool)", lambda x: np.left_shift(x > 0, x > 1), "int8"),
     ("np.exp(bool)", lambda x: np.exp(x > 0), "float16"),
     ("x.astype(f16)", lambda x: x.astype(np.float16), "float16"),
     ("x.reshape(5, 5)", lambda x: x.reshape(5, 5), "reshape"),
