@@ -29,6 +29,7 @@ from hologram.errors import BackendUnavailableError
 from hologram.isa import builder as b
 
 from .programs import (
+    INT_DTYPES,
     compiled_and_reference,
     int_programs,
     programs,
@@ -201,10 +202,11 @@ def test_random_programs_with_an_empty_axis(executors, case, seed):
 
 
 @settings(SETTINGS, max_examples=15)
-@given(st.sampled_from(["i32", "i64"]).flatmap(lambda d: int_programs(dtype=d, max_ops=6)),
+@given(st.sampled_from(INT_DTYPES).flatmap(lambda d: int_programs(dtype=d, max_ops=6)),
        st.integers(0, 2**32 - 1))
 def test_random_int_programs(executors, case, seed):
-    """Bitwise ops and shifts (counts out of range, negative values) bit for bit."""
+    """Bitwise ops, shifts (counts out of range, negative values), wrapping arithmetic
+    and integer casts, over every integer dtype, bit for bit."""
     fn, specs = case
     p = b.program(fn, specs)
     inputs = random_int_inputs(specs, seed)

@@ -12,6 +12,7 @@ import hologram as hg
 from hologram.isa import builder as b
 
 from .programs import (
+    INT_DTYPES,
     compiled_and_reference,
     int_programs,
     programs,
@@ -97,10 +98,11 @@ def test_cpu_matches_reference_with_an_empty_axis_f32(case, seed):
     _check(case, seed, rtol=2e-4, atol=1e-5)
 
 
-# Integer programs: the bitwise ops and shifts (counts out of range, negative values,
-# the minimum) bit for bit.
+# Integer programs over every integer dtype: the bitwise ops, shifts (counts out of range,
+# negative values, the minimum), wrapping arithmetic and sums, casts between integer
+# dtypes, bit for bit.
 @settings(SETTINGS, max_examples=40)
-@given(st.sampled_from(["i32", "i64"]).flatmap(lambda d: int_programs(dtype=d)),
+@given(st.sampled_from(INT_DTYPES).flatmap(lambda d: int_programs(dtype=d)),
        st.integers(0, 2**32 - 1))
 def test_cpu_matches_reference_int(case, seed):
     ex = _compiled_executor()
