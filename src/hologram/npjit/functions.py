@@ -54,8 +54,19 @@ def _where3(p: dict[str, Any]) -> Value:
         raise unsupported("where", "x" if x is None else "y", "either both or neither of "
                                                              "x and y should be given")
     d = result_type(x, y)
+    x, y = _wrapped(x, d), _wrapped(y, d)
     return L.where(value(c, "where", "condition", np.dtype(bool)), value(x, "where", "x", d),
                    value(y, "where", "y", d))
+
+
+def _wrapped(v: Any, d: np.dtype) -> Any:
+    """A Python int np.where puts into integer dtype ``d`` as NumPy does: by a C cast,
+    keeping the low bits (-1 into uint8 is 255), not by ufuncs' range check."""
+    if not _py_int(v) or d.kind not in "iu":
+        return v
+    bits = 8 * d.itemsize
+    r = v % 2**bits
+    return r - 2**bits if d.kind == "i" and r >= 2**(bits - 1) else r
 
 
 def _select(p: dict[str, Any]) -> Value:
