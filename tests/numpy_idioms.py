@@ -180,6 +180,14 @@ IDIOMS: list[Idiom] = [
     Idiom("x.T", lambda x: x.T),
     Idiom("x.astype(f64)", lambda x: x.astype(np.float64)),
     Idiom("x.astype(i32)", lambda x: np.nan_to_num(x).clip(-9, 9).astype(np.int32)),
+    # integer casts keep the low bits (NumPy's astype); a float is clipped into range first
+    Idiom("x.astype(u8)", lambda x: (np.nan_to_num(x).clip(0, 200) if x.dtype.kind == "f"
+                                     else x).astype(np.uint8)),
+    Idiom("x.astype(i8) round trip", lambda x: x.astype(np.int8).astype(x.dtype),
+          skip="f"),
+    Idiom("x.astype(u16) * 300", lambda x: x.astype(np.uint16) * np.uint16(300), skip="f"),
+    Idiom("x.astype(i16) - x.astype(u32)", lambda x: x.astype(np.int16) - x.astype(np.uint32),
+          skip="f"),
     Idiom("(x > 0).astype(f32)", lambda x: (x > 0).astype(np.float32)),
     Idiom("np.reshape", lambda x: np.reshape(x, (-1,))),
     Idiom("x.reshape(7, -1)", lambda x: x.reshape(7, -1)),
