@@ -374,3 +374,25 @@ def random_int_inputs(specs, seed: int) -> list[np.ndarray]:
             a = np.where(pick > 0.8, rng.choice(edges, size=s), a)
         out.append(np.ascontiguousarray(a))
     return out
+
+
+def int_index_case(dtype: str, idt: str, seed: int = 1) -> tuple[Any, list[np.ndarray]]:
+    """(program, inputs): CUMSUM, CUMPROD, SCATTER_ADD, SCATTER_MUL, SCATTER_MAX, GATHER
+    and both ARGSORTs over integer ``dtype`` (positions and indices of ``idt``), on
+    values over the whole range (sums and products wrap), with ties for the sorts and
+    repeated indices for the scatters."""
+    def fn(x: Var, y: Var, i: Var):
+        outs = [b.cumsum(x.v, 1), b.cumprod(x.v, 0), b.scatter_add(x.v, i.v, y.v, 1),
+                b.scatter_combine(x.v, i.v, y.v, 1, Op.MUL),
+                b.scatter_combine(x.v, i.v, y.v, 0, Op.MAX), b.gather(x.v, i.v, 1),
+                b.argsort(x.v, 1, dtype=idt), b.argsort(x.v, 0, descending=True, dtype=idt)]
+        return tuple(Var(o) for o in outs)
+
+    p = b.program(fn, [(dtype, (9, 40)), (dtype, (9, 40)), (idt, (9, 40))])
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(to_dtype(dtype).np_dtype)
+    x = rng.integers(info.min, info.max, (9, 40), dtype=info.dtype, endpoint=True)
+    x[:, 0:39:3] = x[:, 1::3]  # ties
+    y = rng.integers(info.min, info.max, (9, 40), dtype=info.dtype, endpoint=True)
+    i = rng.integers(0, 9, (9, 40)).astype(to_dtype(idt).np_dtype)
+    return p, [x, y, i]

@@ -31,6 +31,7 @@ from hologram.isa import builder as b
 from .programs import (
     INT_DTYPES,
     compiled_and_reference,
+    int_index_case,
     int_programs,
     programs,
     random_inputs,
@@ -214,6 +215,15 @@ def test_random_int_programs(executors, case, seed):
         got, want = compiled_and_reference(ex, p, inputs)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w, err_msg=str(p))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_index_ops_over_every_integer_dtype(executors, dtype):
+    p, inputs = int_index_case(dtype, "i64")
+    for ex in configs(executors, 1):
+        got, want = compiled_and_reference(ex, p, inputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=f"{dtype}\n{p}")
 
 
 def test_attention_backward_matches_reference(executors):
