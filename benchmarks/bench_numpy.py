@@ -10,8 +10,9 @@ torch.compile runs the same computation written in torch; numexpr evaluates the
 element-wise part (NumPy does the matmuls and reductions it cannot). Each table's rows
 are sampled interleaved; ratios are against NumPy, and the ``x hg`` column is each
 row's time over hologram's (>1: hologram is faster). First-call times (trace and
-compile) are in the notes column. The extras (numexpr, numba, jax[cpu]) are the
-pyproject ``bench`` extra; a missing one is an ERROR row, not a crash.
+compile) are in the notes column. hologram runs on its own thread team, as in a process
+without PyTorch (``HOLOGRAM_THREADING`` overrides). The extras (numexpr, numba,
+jax[cpu]) are the pyproject ``bench`` extra; a missing one is an ERROR row, not a crash.
 """
 
 from __future__ import annotations
@@ -273,6 +274,13 @@ def main() -> None:
     args = p.parse_args()
     common.fresh_inductor_cache()
     hg = common.quiet_hologram()
+    if not os.environ.get("HOLOGRAM_THREADING"):
+        # A NumPy user's process has no PyTorch, so @hg.jit runs on hologram's own thread
+        # team there; this process imports torch only for the torch.compile row, which
+        # would move hologram onto OpenMP's threads (hologram.threads). Measure the
+        # NumPy user's setup (docs/perf.md, session 12: under load the OpenMP regions
+        # made the stencil 1.5-2.5x slower).
+        hg.set_threading("team")
     rep = Report("numpy", "NumPy workloads: @hg.jit vs NumPy, numexpr, Numba, JAX, "
                           "torch.compile")
     repeat = 5 if args.quick else 11

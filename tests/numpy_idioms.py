@@ -78,6 +78,7 @@ IDIOMS: list[Idiom] = [
     # bool as int8, which hologram refuses clearly)
     Idiom("x & y", lambda x, y: x & y, 2),
     Idiom("x | 6", lambda x: x | 6),
+    Idiom("np.left_shift(bool)", lambda x: np.left_shift(x > 0, x > 1)),  # int8 shifts
     Idiom("x ^ y", lambda x, y: x ^ y, 2),
     Idiom("~x", lambda x: ~x),
     Idiom("3 & ~x", lambda x: 3 & ~x),
@@ -179,6 +180,14 @@ IDIOMS: list[Idiom] = [
     Idiom("x.T", lambda x: x.T),
     Idiom("x.astype(f64)", lambda x: x.astype(np.float64)),
     Idiom("x.astype(i32)", lambda x: np.nan_to_num(x).clip(-9, 9).astype(np.int32)),
+    # integer casts keep the low bits (NumPy's astype); a float is clipped into range first
+    Idiom("x.astype(u8)", lambda x: (np.nan_to_num(x).clip(0, 200) if x.dtype.kind == "f"
+                                     else x).astype(np.uint8)),
+    Idiom("x.astype(i8) round trip", lambda x: x.astype(np.int8).astype(x.dtype),
+          skip="f"),
+    Idiom("x.astype(u16) * 300", lambda x: x.astype(np.uint16) * np.uint16(300), skip="f"),
+    Idiom("x.astype(i16) - x.astype(u32)", lambda x: x.astype(np.int16) - x.astype(np.uint32),
+          skip="f"),
     Idiom("(x > 0).astype(f32)", lambda x: (x > 0).astype(np.float32)),
     Idiom("np.reshape", lambda x: np.reshape(x, (-1,))),
     Idiom("x.reshape(7, -1)", lambda x: x.reshape(7, -1)),
@@ -276,7 +285,6 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
     ("np.einsum ii->i", lambda x: np.einsum("ii->i", x), "einsum"),
     ("np.einsum ...", lambda x: np.einsum("...j->...", x), "einsum"),
     ("np.bitwise_count", lambda x: np.bitwise_count(x.astype(np.int32)), "np.bitwise_count"),
-    ("np.left_shift(bool)", lambda x: np.left_shift(x > 0, x > 1), "int8"),
     ("np.exp(bool)", lambda x: np.exp(x > 0), "float16"),
     ("x.astype(f16)", lambda x: x.astype(np.float16), "float16"),
     ("x.reshape(5, 5)", lambda x: x.reshape(5, 5), "reshape"),

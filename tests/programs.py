@@ -13,6 +13,7 @@ from hologram.backends.reference import evaluate
 from hologram.isa import Op
 from hologram.isa import builder as b
 from hologram.isa.builder import Var
+from hologram.isa.dtypes import to_dtype
 from hologram.isa.opcodes import MATH_UNARY, SCATTER_STEP
 
 UNARY = [Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.TANH, Op.SIGMOID,
@@ -275,11 +276,15 @@ def compiled_and_reference(ex, program, inputs: list[np.ndarray]
     return got, want
 
 
-# --- integer programs: the bitwise ops and shifts --------------------------------------------
-#: Binary ops drawn in integer programs: the bitwise ops, shifts and those defined for
-#: every integer input (ADD, SUB, MUL and NEG overflow: C's undefined behaviour, which
-#: NumPy wraps, so they are not drawn).
-INT_BINARY = [Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.MIN, Op.MAX]
+# --- integer programs: the bitwise ops, shifts and wrapping arithmetic ----------------------
+#: Every integer dtype of the ISA.
+INT_DTYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
+#: Binary ops drawn in integer programs: the bitwise ops, shifts, MIN/MAX and the
+#: arithmetic, which wraps modulo 2**bits in every backend (NumPy's rule: C computes it
+#: in the dtype's unsigned wrap type, WGSL's i32 arithmetic wraps itself).
+INT_BINARY = [Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.MIN, Op.MAX, Op.ADD, Op.SUB, Op.MUL]
+#: Unary ops drawn in integer programs (NEG and ABS of the minimum wrap to it).
+INT_UNARY = [Op.NOT, Op.NEG, Op.ABS]
 #: Logical ops drawn on bool values inside integer programs.
 BOOL_BINARY = [Op.AND, Op.OR, Op.XOR]
 
@@ -290,33 +295,38 @@ def shift_counts(bits: int) -> list[int]:
 
 
 @st.composite
-def int_programs(draw, dtype: str = "i32", max_ops: int = 8):
-    """(program builder fn, input specs) over ``dtype`` inputs (i32 or i64): bitwise ops
-    and shifts (counts from the inputs or :func:`shift_counts`), NOT, MIN/MAX, bool
-    logic (AND/OR/XOR/NOT of comparisons) choosing between values, bool->int casts,
-    reductions and movement (permute, slice, concat, reshape). Every value is of
-    ``dtype``; shapes as :func:`programs` draws them."""
+def int_programs(draw, dtype: str = "i32", max_ops: int = 8,
+                 casts: tuple[str, ...] = INT_DTYPES):
+    """(program builder fn, input specs) over ``dtype`` inputs (any of INT_DTYPES):
+    bitwise ops and shifts (counts from the inputs or :func:`shift_counts`, cast into the
+    dtype, so an unsigned one wraps), wrapping +, -, *, NEG, ABS, NOT, MIN/MAX, bool
+    logic (AND/OR/XOR/NOT of comparisons) choosing between values, bool->int casts, round
+    trips through another integer dtype of ``casts`` (a narrowing keeps the low bits),
+    reductions (wrapping sums and products too) and movement (permute, slice, concat,
+    reshape). Every value is of ``dtype``; shapes as :func:`programs` draws them."""
     base = draw(shapes(min_dims=1))
     specs = []
     for _ in range(draw(st.integers(1, 3))):
         drop = draw(st.integers(0, len(base)))
         specs.append((dtype, tuple(1 if draw(st.booleans()) and d != 0 else d
                                    for d in base[drop:])))
-    kinds = ["b"] * 6 + ["k"] * 3 + ["not", "logic", "logic", "cvt", "r", "perm", "slice",
-                                     "cat", "reshape"]
+    kinds = ["b"] * 6 + ["k"] * 3 + ["u", "logic", "logic", "cvt", "via", "r", "perm",
+                                     "slice", "cat", "reshape"]
     plan = [(draw(st.sampled_from(kinds)), draw(st.integers(0, 10_000)),
              draw(st.integers(0, 10_000))) for _ in range(draw(st.integers(2, max_ops)))]
-    bits = 32 if dtype == "i32" else 64
+    d = to_dtype(dtype)
+    info = np.iinfo(d.np_dtype)
 
     def step(kind: str, i: int, j: int, x: Var, y: Var) -> Var | None:
         if kind == "b":
             return Var(b.elementwise(INT_BINARY[i % len(INT_BINARY)], x.v, y.v))
         elif kind == "k":
-            n = b.const(shift_counts(bits)[j % 10], dtype, ())
+            count = shift_counts(d.bits)[j % 10] % 2**d.bits  # into the dtype, wrapped
+            n = b.const(count - 2**d.bits if count > info.max else count, dtype, ())
             op = (Op.SHL, Op.SHR)[i % 2]
             return Var(b.elementwise(op, x.v, n))
-        elif kind == "not":
-            return Var(b.unary(Op.NOT, x.v))
+        elif kind == "u":
+            return Var(b.unary(INT_UNARY[i % len(INT_UNARY)], x.v))
         elif kind == "logic":
             m1, m2 = (x < y).v, (y < x).v if i % 3 else b.elementwise(Op.CMPEQ, x.v, y.v)
             m = (b.unary(Op.NOT, m1) if j % 4 == 0 else
@@ -324,8 +334,11 @@ def int_programs(draw, dtype: str = "i32", max_ops: int = 8):
             return Var(m).where(x, y)
         elif kind == "cvt":
             return Var(b.cast(b.elementwise(Op.XOR, (x < y).v, (y < x).v), dtype))
+        elif kind == "via" and casts:
+            return Var(b.cast(b.cast(x.v, casts[j % len(casts)]), dtype))
         elif kind == "r" and x.ndim:
-            return Var(b.reduce((Op.RMAX, Op.RMIN)[i % 2], x.v, j % x.ndim, keepdims=True))
+            op = (Op.RMAX, Op.RMIN, Op.RSUM, Op.RPROD)[i % 4]
+            return Var(b.reduce(op, x.v, j % x.ndim, keepdims=True))
         elif kind == "perm" and x.ndim >= 2:
             return x.T
         elif kind == "reshape":
@@ -340,20 +353,46 @@ def int_programs(draw, dtype: str = "i32", max_ops: int = 8):
 
 
 def random_int_inputs(specs, seed: int) -> list[np.ndarray]:
-    """Integers over the whole range, small ones (shift counts in and out of range) and
-    the edges: the minimum, the maximum, -1, 0 and the shift counts."""
+    """Integers over the whole range, small ones (shift counts in and out of range;
+    negative ones wrap into an unsigned dtype) and the edges: the minimum, the maximum,
+    -1, 0 and the shift counts."""
     rng = np.random.default_rng(seed)
     out = []
     for d, s in specs:
-        npd = np.dtype({"i32": np.int32, "i64": np.int64}[d])
+        npd = np.dtype(to_dtype(d).np_dtype)
         info = np.iinfo(npd)
         a = rng.integers(info.min, info.max, s, dtype=npd, endpoint=True)
         if a.size:
             pick = rng.random(s)
             small = rng.integers(-70, 71, s).astype(npd)
-            edges = np.array([info.min, info.max, -1, 0, *shift_counts(npd.itemsize * 8)],
-                             dtype=np.int64).clip(info.min, info.max).astype(npd)
+            edges = np.array([int(info.min), int(info.max),
+                              *(v % 2**(8 * npd.itemsize) if not info.min else
+                                min(max(v, int(info.min)), int(info.max))
+                                for v in [-1, 0, *shift_counts(npd.itemsize * 8)])],
+                             dtype=npd)
             a = np.where(pick < 0.4, small, a)
             a = np.where(pick > 0.8, rng.choice(edges, size=s), a)
         out.append(np.ascontiguousarray(a))
     return out
+
+
+def int_index_case(dtype: str, idt: str, seed: int = 1) -> tuple[Any, list[np.ndarray]]:
+    """(program, inputs): CUMSUM, CUMPROD, SCATTER_ADD, SCATTER_MUL, SCATTER_MAX, GATHER
+    and both ARGSORTs over integer ``dtype`` (positions and indices of ``idt``), on
+    values over the whole range (sums and products wrap), with ties for the sorts and
+    repeated indices for the scatters."""
+    def fn(x: Var, y: Var, i: Var):
+        outs = [b.cumsum(x.v, 1), b.cumprod(x.v, 0), b.scatter_add(x.v, i.v, y.v, 1),
+                b.scatter_combine(x.v, i.v, y.v, 1, Op.MUL),
+                b.scatter_combine(x.v, i.v, y.v, 0, Op.MAX), b.gather(x.v, i.v, 1),
+                b.argsort(x.v, 1, dtype=idt), b.argsort(x.v, 0, descending=True, dtype=idt)]
+        return tuple(Var(o) for o in outs)
+
+    p = b.program(fn, [(dtype, (9, 40)), (dtype, (9, 40)), (idt, (9, 40))])
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(to_dtype(dtype).np_dtype)
+    x = rng.integers(info.min, info.max, (9, 40), dtype=info.dtype, endpoint=True)
+    x[:, 0:39:3] = x[:, 1::3]  # ties
+    y = rng.integers(info.min, info.max, (9, 40), dtype=info.dtype, endpoint=True)
+    i = rng.integers(0, 9, (9, 40)).astype(to_dtype(idt).np_dtype)
+    return p, [x, y, i]

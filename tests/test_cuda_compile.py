@@ -19,7 +19,7 @@ from hologram.compiler.render_cuda import render_cuda
 from hologram.isa import builder as b
 from hologram.ops import _run
 
-from .programs import programs
+from .programs import INT_DTYPES, int_programs, programs
 from .test_fusion import CASES
 
 pytestmark = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC is not installed")
@@ -92,6 +92,15 @@ def test_composite_kernels_compile_for_sm90(name):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(dtype="f32"))
 def test_random_program_kernels_compile_for_sm90(case):
+    fn, specs = case
+    compile_for_gpu(b.program(fn, specs))
+
+
+@settings(max_examples=24, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(INT_DTYPES).flatmap(lambda d: int_programs(dtype=d, max_ops=6)))
+def test_random_int_program_kernels_compile_for_sm90(case):
+    """int8 ... uint64 (NVRTC has no stdint.h: the prelude's typedefs), block reductions
+    of 8/16-bit maxima in 32 bits (warp shuffles take nothing narrower)."""
     fn, specs = case
     compile_for_gpu(b.program(fn, specs))
 

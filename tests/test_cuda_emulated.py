@@ -29,7 +29,9 @@ from hologram.errors import BackendUnavailableError
 from hologram.isa import builder as b
 
 from .programs import (
+    INT_DTYPES,
     compiled_and_reference,
+    int_index_case,
     int_programs,
     programs,
     random_inputs,
@@ -201,10 +203,11 @@ def test_random_programs_with_an_empty_axis(executors, case, seed):
 
 
 @settings(SETTINGS, max_examples=15)
-@given(st.sampled_from(["i32", "i64"]).flatmap(lambda d: int_programs(dtype=d, max_ops=6)),
+@given(st.sampled_from(INT_DTYPES).flatmap(lambda d: int_programs(dtype=d, max_ops=6)),
        st.integers(0, 2**32 - 1))
 def test_random_int_programs(executors, case, seed):
-    """Bitwise ops and shifts (counts out of range, negative values) bit for bit."""
+    """Bitwise ops, shifts (counts out of range, negative values), wrapping arithmetic
+    and integer casts, over every integer dtype, bit for bit."""
     fn, specs = case
     p = b.program(fn, specs)
     inputs = random_int_inputs(specs, seed)
@@ -212,6 +215,15 @@ def test_random_int_programs(executors, case, seed):
         got, want = compiled_and_reference(ex, p, inputs)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_array_equal(g, w, err_msg=str(p))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_index_ops_over_every_integer_dtype(executors, dtype):
+    p, inputs = int_index_case(dtype, "i64")
+    for ex in configs(executors, 1):
+        got, want = compiled_and_reference(ex, p, inputs)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w, err_msg=f"{dtype}\n{p}")
 
 
 def test_attention_backward_matches_reference(executors):

@@ -12,6 +12,7 @@ import hologram as hg
 from hologram.isa import builder as b
 
 from .programs import (
+    INT_DTYPES,
     compiled_and_reference,
     int_programs,
     programs,
@@ -97,10 +98,11 @@ def test_cpu_matches_reference_with_an_empty_axis_f32(case, seed):
     _check(case, seed, rtol=2e-4, atol=1e-5)
 
 
-# Integer programs: the bitwise ops and shifts (counts out of range, negative values,
-# the minimum) bit for bit.
+# Integer programs over every integer dtype: the bitwise ops, shifts (counts out of range,
+# negative values, the minimum), wrapping arithmetic and sums, casts between integer
+# dtypes, bit for bit.
 @settings(SETTINGS, max_examples=40)
-@given(st.sampled_from(["i32", "i64"]).flatmap(lambda d: int_programs(dtype=d)),
+@given(st.sampled_from(INT_DTYPES).flatmap(lambda d: int_programs(dtype=d)),
        st.integers(0, 2**32 - 1))
 def test_cpu_matches_reference_int(case, seed):
     ex = _compiled_executor()
@@ -109,3 +111,18 @@ def test_cpu_matches_reference_int(case, seed):
     got, want = compiled_and_reference(ex, p, random_int_inputs(specs, seed))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w, err_msg=str(p))
+
+
+@pytest.mark.parametrize("dtype", ["u8", "u32", "i8"])
+def test_abs_of_neg_keeps_its_meaning_on_every_integer_dtype(dtype):
+    """abs(neg x) is abs x for signed and float dtypes only: on unsigned ones abs is the
+    identity and neg wraps (abs(neg 19) is 237 in uint8), so the rule must not fire."""
+    ex = _compiled_executor()
+    p = b.program(lambda x: hg.isa.builder.Var(b.unary(hg.isa.Op.ABS,
+                                                       b.unary(hg.isa.Op.NEG, x.v))),
+                  [(dtype, (6,))])
+    info = np.iinfo(hg.isa.dtypes.to_dtype(dtype).np_dtype)
+    x = np.array([0, 1, 19, 100, info.max, info.min], info.dtype)
+    got, want = compiled_and_reference(ex, p, [x])
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[0], np.abs(-x))

@@ -32,7 +32,7 @@ from hologram.isa import builder as b
 from hologram.isa.builder import Var
 from hologram.isa.opcodes import INDEXED, SCATTER_STEP
 
-from .programs import SPECIAL, compiled_and_reference, shapes
+from .programs import INT_DTYPES, SPECIAL, compiled_and_reference, int_index_case, shapes
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -306,6 +306,16 @@ def test_cpu_matches_reference(cpu, dtype):
     check()
 
 
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_cpu_index_ops_over_every_integer_dtype(cpu, dtype):
+    """Scans and scatter sums/products wrap (accumulated in the wrap type), sorts order
+    unsigned values as unsigned, bit for bit against the reference."""
+    p, ins = int_index_case(dtype, "i64")
+    got, want = compiled_and_reference(cpu, p, ins)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
 @pytest.mark.parametrize("axis", [0, 1])
 def test_embedding_backward_and_column_scans(cpu, dtype, axis):
@@ -562,6 +572,14 @@ def test_wgsl_runs_index_ops_on_lavapipe(wg):
                 _same(g, w)
             else:  # scans add f32 in f32 on WGSL (the reference in f64)
                 np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["i32", "u32"])
+def test_wgsl_index_ops_over_32_bit_integers(wg, dtype):
+    p, ins = int_index_case(dtype, "i32")
+    got, want = compiled_and_reference(wg, p, ins)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
 
 
 def test_wgsl_clamps_out_of_range_indices_and_rejects_i64(wg):

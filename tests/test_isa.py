@@ -106,6 +106,23 @@ def test_single_op_round_trip(op):
     assert Program.parse(str(p)) == p
 
 
+@pytest.mark.parametrize("d", [d.name for d in dtypes.INTEGERS])
+def test_integer_dtypes_round_trip_and_constants_stay_in_range(d):
+    """Every integer dtype prints and parses back (its limits as constants too); a
+    constant outside the dtype's range (-1 as a uint8) is a VerifyError naming both."""
+    info = np.iinfo(dtypes.BY_NAME[d].np_dtype)
+    p = b.program(lambda x: (x * b.const(int(info.max), d) + b.const(int(info.min), d)),
+                  [(d, (3,))])
+    assert Program.parse(str(p)) == p
+    x = np.array([0, 1, info.max], info.dtype)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(evaluate(p, [x])[0][0], x * info.max + info.min)
+    with pytest.raises(VerifyError, match=rf"value={int(info.min) - 1} is not a {d}"):
+        b.const(int(info.min) - 1, d)
+    with pytest.raises(VerifyError, match=rf"value={int(info.max) + 1} is not a {d}"):
+        b.const(int(info.max) + 1, d)
+
+
 def test_parse_reads_the_documented_example():
     p = Program.parse("""
         .in 0 f32[1024]

@@ -244,10 +244,12 @@ def test_random_programs_match_reference(wg, case, seed):
 @settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
-@given(int_programs(dtype="i32"), st.integers(0, 2**32 - 1))
+@given(st.sampled_from(["i32", "u32"]).flatmap(
+    lambda d: int_programs(dtype=d, casts=("i32", "u32"))), st.integers(0, 2**32 - 1))
 def test_random_int_programs_match_reference(wg, case, seed):
-    """The bitwise ops and shifts in WGSL's i32 (and bool inside kernels) bit for bit:
-    counts out of range and negative saturate as NumPy's do, not modulo 32."""
+    """The bitwise ops, shifts and wrapping arithmetic in WGSL's i32 and u32 (and bool
+    inside kernels) bit for bit: counts out of range and negative saturate as NumPy's
+    do, not modulo 32; u32 shifts right logically and negates by 0u - x."""
     fn, specs = case
     p = b.program(fn, specs)
     got, want = compiled_and_reference(wg, p, random_int_inputs(specs, seed))
@@ -364,7 +366,7 @@ def test_f16_where_the_adapter_has_it(wg):
 
 
 @needs_adapter
-@pytest.mark.parametrize("dtype", ["f64", "i64"])
+@pytest.mark.parametrize("dtype", ["f64", "i64", "i8", "i16", "u8", "u16", "u64"])
 def test_dtypes_wgsl_lacks_raise(wg, dtype):
     p = b.program(lambda u: u + u, [(dtype, (8,))])
     with pytest.raises(DTypeError, match=rf"{dtype}.*webgpu"):

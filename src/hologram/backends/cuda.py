@@ -58,8 +58,9 @@ HG_SLOTS = 64  # render_cuda's HgArgs: 64 device addresses
 BLOCKS_PER_SM = 32
 #: dtypes the CUDA renderer types for NVRTC: f16 and bf16 are stored as cuda_fp16.h's
 #: ``__half`` and cuda_bf16.h's ``__nv_bfloat16`` and computed in float, rounded after
-#: every instruction (``render_cuda.HALF``).
-SUPPORTED = frozenset({"f16", "bf16", "f32", "f64", "i32", "i64", "bool"})
+#: every instruction (``render_cuda.HALF``); integers of every width.
+SUPPORTED = frozenset({"f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "u16",
+                       "u32", "u64", "bool"})
 #: dtypes of the products cuBLAS computes (f16/bf16: float accumulation, result rounded).
 CUBLAS_DTYPES = ("f16", "bf16", "f32", "f64")
 DLPACK_CUDA, DLPACK_EXT_DEV = 2, 12

@@ -56,8 +56,8 @@ def _shr(a: np.ndarray, n: np.ndarray) -> np.ndarray:
     """NumPy's right_shift (arithmetic for signed integers); a count outside [0, bits)
     gives the sign fill: -1 for a negative a, 0 otherwise."""
     inside = (n >= 0) & (n < _bits(a))
-    fill = np.where(a < 0, -1, 0)
-    return np.where(inside, np.right_shift(a, np.where(inside, n, 0)), fill).astype(a.dtype)
+    fill = np.where(a < 0, -1, 0).astype(a.dtype)  # (uint64 beside int64 would be float64)
+    return np.where(inside, np.right_shift(a, np.where(inside, n, 0)), fill)
 
 
 UNARY: dict[Op, Callable[[np.ndarray], np.ndarray]] = {

@@ -209,6 +209,10 @@ static float __bfloat162float(__nv_bfloat16 h) { return hg_bits_f32((unsigned)h.
 #define int32_t hg_cu_int32_t
 #define uint64_t hg_cu_uint64_t
 #define uint32_t hg_cu_uint32_t
+#define int8_t hg_cu_int8_t
+#define int16_t hg_cu_int16_t
+#define uint8_t hg_cu_uint8_t
+#define uint16_t hg_cu_uint16_t
 /* ---- the CUDA source, exactly as NVRTC compiles it ---- */
 """
 
@@ -218,6 +222,10 @@ HOST_LAUNCHER = r"""
 #undef int32_t
 #undef uint64_t
 #undef uint32_t
+#undef int8_t
+#undef int16_t
+#undef uint8_t
+#undef uint16_t
 typedef void (*hg_kernel_fn)(HgArgs);
 static hg_kernel_fn hg_kernel;
 static const HgArgs *hg_args;

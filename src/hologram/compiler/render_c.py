@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
+
 from ..isa.dtypes import DType
 from ..isa.opcodes import ELEMENTWISE, MATH_UNARY, SCATTER_STEP, SPECIAL, Group, Op, group
 from ..isa.value import Value, contiguous_strides
@@ -81,8 +83,18 @@ TEMPLATES: dict[Op, str] = {
     Op.FMA: "fma{f}({0}, {1}, {2})",
     Op.SEL: "({0} ? {1} : {2})",
 }
-# Integer dtypes spell some ops differently (no libm).
-INT_TEMPLATES: dict[Op, str] = {Op.ABS: "({0} < 0 ? -{0} : {0})"}
+# Integer dtypes spell some ops differently (no libm), and compute +, -, * and negation
+# in their unsigned wrap type {U} (DType.wrap): NumPy's integer arithmetic wraps modulo
+# 2**bits; C's signed overflow is undefined (and int promotion makes even uint16 *
+# uint16 a signed int product). Converting back to {T} keeps the low bits (GCC and
+# Clang define the conversion as modulo; C23 requires it).
+INT_TEMPLATES: dict[Op, str] = {
+    Op.ABS: "({0} < 0 ? ({T})(({U})0 - ({U}){0}) : {0})",
+    Op.NEG: "(({T})(({U})0 - ({U}){0}))",
+    Op.ADD: "(({T})(({U}){0} + ({U}){1}))",
+    Op.SUB: "(({T})(({U}){0} - ({U}){1}))",
+    Op.MUL: "(({T})(({U}){0} * ({U}){1}))",
+}
 # bool's NOT is the logical one (~ of a _Bool is -1 or -2: both true).
 BOOL_TEMPLATES: dict[Op, str] = {Op.NOT: "(!{0})"}
 #: dtype kind -> the rows that replace TEMPLATES' for it.
@@ -152,6 +164,13 @@ NOT_FLAT = frozenset({Op.EXPAND, Op.PERMUTE, Op.SLICE, Op.CONCAT,
 MATH_OPS = frozenset({Op.EXP, Op.LOG, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN, Op.COS, Op.POW,
                       Op.LOG1P, Op.EXPM1, Op.FMOD, Op.ATAN2, Op.HYPOT, *MATH_UNARY,
                       *SPECIAL})
+
+
+def int_limit(d: DType, sign: int) -> int:
+    """The smallest (``sign`` < 0) or largest value of integer dtype ``d``: the identity
+    of RMAX or RMIN, which has no infinity to start from."""
+    info = np.iinfo(d.np_dtype)
+    return int(info.min if sign < 0 else info.max)
 
 
 def dynamic_chunk(count: int, work: int | None, simd: bool) -> int:
@@ -234,7 +253,10 @@ class CRenderer(IndexKernels):
         if d.kind == "b":
             return "1" if value else "0"
         if d.kind == "i":
-            return f"(({d.ctype}){int(value)}LL)"
+            v = int(value)
+            if d.signed and v == int_limit(d, -1):  # -2**63 is no literal: 2**63 overflows
+                return f"(({d.ctype})({v + 1}LL - 1))"
+            return f"(({d.ctype}){v}{'LL' if d.signed else 'ULL'})"
         v = float(value)
         suffix = "f" if d.name == "f32" else ""
         if math.isnan(v):
@@ -366,7 +388,7 @@ class CRenderer(IndexKernels):
             f = self.suffix.get(d.name, "")
             code = tmpl.format(*(a.code for a in args), f=f, T=self.ctype(d),
                                exp=self.exp_names.get(d.name, f"exp{f}"),
-                               U=f"u{d.ctype}", W=d.bits)
+                               U=d.wrap, W=d.bits)
             vars_ = frozenset().union(*(a.vars for a in args))
             return self.bind(code, v.dtype, vars_, cur, key)
         if g is Group.CAST:
@@ -486,8 +508,7 @@ class CRenderer(IndexKernels):
         parallel = home.kind == "kernel" and count >= self.parallel_min_work
         short_sum = (v.op is Op.RSUM and count <= FLOAT_SUM_MAX and home.kind == "outer"
                      and tuple(axes) == (src.ndim - 1,))
-        wide = ("double" if d.name == "f32" and v.op in (Op.RSUM, Op.RPROD) and not short_sum
-                else self.accumulator_type(d))
+        wide = self.accumulator(v.op, d, short_sum)
         sub = list(idx)
         rem = r
         for a, s, st in zip(axes, sizes, self.strides(tuple(sizes)), strict=True):
@@ -563,13 +584,26 @@ class CRenderer(IndexKernels):
     REDUCE_RULES = {
         Op.RSUM: (lambda d, R: "0", lambda a, x: f"{a} += {x};", "+"),
         Op.RPROD: (lambda d, R: "1", lambda a, x: f"{a} *= {x};", "*"),
-        Op.RMAX: (lambda d, R: R.literal(-math.inf, d) if d.kind == "f" else
-                  f"(({d.ctype})INT64_MIN)" if d.itemsize == 8 else "INT32_MIN",
+        Op.RMAX: (lambda d, R: R.literal(-math.inf if d.kind == "f" else int_limit(d, -1), d),
                   lambda a, x: f"{a} = {x} > {a} ? {x} : {a};", "max"),
-        Op.RMIN: (lambda d, R: R.literal(math.inf, d) if d.kind == "f" else
-                  "INT64_MAX" if d.itemsize == 8 else "INT32_MAX",
+        Op.RMIN: (lambda d, R: R.literal(math.inf if d.kind == "f" else int_limit(d, 1), d),
                   lambda a, x: f"{a} = {x} < {a} ? {x} : {a};", "min"),
     }
+
+    def accumulator(self, op: Op, d: DType, short_sum: bool = False) -> str:
+        """The C type a reduction accumulates in: double for f32 sums and products (but
+        a short row sum, see FLOAT_SUM_MAX); an integer sum or product in its wrap type,
+        so it wraps as NumPy's does; an 8- or 16-bit maximum or minimum in 32 bits (the
+        same values: CUDA's warp shuffles take no narrower integer); otherwise the dtype
+        itself."""
+        if op in (Op.RSUM, Op.RPROD):
+            if d.name == "f32" and not short_sum:
+                return "double"
+            if d.kind == "i":
+                return d.wrap
+        if d.kind == "i" and d.itemsize < 4:
+            return "int32_t" if d.signed else "uint32_t"
+        return self.accumulator_type(d)
 
     # --- kernels ------------------------------------------------------------------------------
     def kernel(self, k: KernelPlan) -> str:
@@ -804,7 +838,7 @@ class CRenderer(IndexKernels):
         n_outer = math.prod(c.shape[d] for d in kept)
         count = math.prod(src.shape[d] for d in red)
         d = c.dtype
-        wide = "double" if d.name == "f32" and c.op is Op.RSUM else self.ctype(d)
+        wide = self.accumulator(c.op, d)
         init, step, _ = self.REDUCE_RULES[c.op]
         has_nan = c.op in (Op.RMAX, Op.RMIN) and d.kind == "f"
         work = src.size

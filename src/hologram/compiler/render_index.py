@@ -360,14 +360,12 @@ class IndexKernels:
     def mutable(self, name: str, t: str, init: str) -> str:
         return f"{t} {name} = {init};"
 
-    UNSIGNED = {"i32": "uint32_t", "i64": "uint64_t"}
-
     def scan_type(self, d: DType) -> str:
         """The accumulator: double for floats narrower than f64; integers unsigned, so
         an overflow wraps (as NumPy's does) instead of being undefined in C."""
         if d.kind == "f" and d.itemsize < 8:
             return "double"
-        return self.UNSIGNED.get(d.name, self.ctype(d))
+        return d.wrap if d.kind == "i" else self.ctype(d)
 
     def scan_literal(self, value: float, wide: str, d: DType) -> str:
         if d.kind == "f":
@@ -389,7 +387,7 @@ class IndexKernels:
         the element-wise templates (a NaN of either wins)."""
         from .render_c import TEMPLATES
 
-        u = self.UNSIGNED.get(d.name)
+        u = d.wrap if d.kind == "i" else None
         if step in (Op.ADD, Op.MUL) and u is not None:
             sym = "+" if step is Op.ADD else "*"
             return f"({self.ctype(d)})(({u}){a} {sym} ({u}){b})"

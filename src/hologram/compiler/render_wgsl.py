@@ -55,7 +55,10 @@ TILE = 16  # GEMM: TILE x TILE invocations per workgroup, K staged TILE at a tim
 BLOCK = 64  # GEMM: each workgroup computes a BLOCK x BLOCK block of C (4x4 per invocation)
 MAX_GROUPS = 65535  # WebGPU's guaranteed maxComputeWorkgroupsPerDimension
 
-WGSL_TYPES = {"f32": "f32", "f16": "f16", "i32": "i32", "bool": "bool"}
+WGSL_TYPES = {"f32": "f32", "f16": "f16", "i32": "i32", "u32": "u32", "bool": "bool"}
+#: Why the integer dtypes WGSL lacks are refused (wgsl_type's error names the dtype).
+_NO_INT = {8: "WGSL storage has no 8-bit integers", 16: "WGSL storage has no 16-bit "
+           "integers", 64: "WGSL has no 64-bit integers"}
 
 # Helper functions: name -> (WGSL source, helpers it calls). Emitted only when used.
 _HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -615,6 +618,13 @@ INT_TEMPLATES: dict[Op, str] = {
     Op.SHL: "select(0i, ({0} << (u32({1}) & 31u)), u32({1}) < 32u)",
     Op.SHR: "select(select(0i, -1i, {0} < 0i), ({0} >> (u32({1}) & 31u)), u32({1}) < 32u)",
 }
+# u32: WGSL has no unary minus on u32 (0u - x wraps), and its >> is the logical shift.
+UINT_TEMPLATES: dict[Op, str] = {
+    **INT_TEMPLATES,
+    Op.NEG: "(0u - {0})",
+    Op.SHL: "select(0u, ({0} << (u32({1}) & 31u)), u32({1}) < 32u)",
+    Op.SHR: "select(0u, ({0} >> (u32({1}) & 31u)), u32({1}) < 32u)",
+}
 # bool: the logical ops (WGSL has & and | on bool, but no ^ or ~).
 BOOL_TEMPLATES: dict[Op, str] = {
     Op.AND: "({0} & {1})",
@@ -657,6 +667,9 @@ def _tag(wide: str) -> str:
 def wgsl_type(d: DType, backend: str = "webgpu") -> str:
     """The WGSL spelling of ``d``; DTypeError for dtypes WGSL lacks."""
     t = WGSL_TYPES.get(d.name)
+    if t is None and d.kind == "i":
+        raise DTypeError(f"{d}: the {backend} backend cannot run {d} ({_NO_INT[d.bits]}; "
+                         "cast to i32 or u32 first, or use the cpu or cuda backend)")
     if t is None:
         raise DTypeError(f"{d}: the {backend} backend cannot run {d} (WGSL has no {d} type; "
                          "use f32, or f16 where the adapter has shader-f16)")
@@ -727,6 +740,8 @@ class WGSLRenderer(GPURenderer):
             return "true" if value else "false"
         if d.kind == "i":
             v = int(value)
+            if not d.signed:
+                return f"{v}u"
             return f"i32({v + 1} - 1)" if v == -(2**31) else f"{v}i"
         self.need("hg_k")
         code = f"hg_k(0x{f32_bits(float(value)):08x}u, {self.salt()})"
@@ -827,11 +842,11 @@ class WGSLRenderer(GPURenderer):
     def apply(self, op: Op, d: DType, codes: list[str]) -> str:
         """The WGSL expression for element-wise ``op`` on operands of dtype ``d``."""
         if d.kind == "i":
-            tmpl = INT_TEMPLATES.get(op) or TEMPLATES[op]
+            tmpl = (INT_TEMPLATES if d.signed else UINT_TEMPLATES).get(op) or TEMPLATES[op]
             if op in (Op.LOG, Op.EXP, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID, Op.ERF, Op.SIN,
                       Op.COS, Op.POW):
                 raise DTypeError(f"{op}.{d}: the {self.backend} backend has no integer {op}")
-            return tmpl.format(*codes, one="1i")
+            return tmpl.format(*codes, one=self.literal(1, d))
         if d.kind == "b":
             return (BOOL_TEMPLATES.get(op) or TEMPLATES[op]).format(*codes, one="true")
         tmpl = TEMPLATES[op]
@@ -888,7 +903,7 @@ class WGSLRenderer(GPURenderer):
         return "f32" if d.kind == "f" else self.ctype(d)  # f16 accumulates in f32
 
     def scan_literal(self, value: float, wide: str, d: DType) -> str:
-        return self.literal(value, F32) if d.kind == "f" else f"{int(value)}i"
+        return self.literal(value, F32) if d.kind == "f" else self.literal(int(value), d)
 
     def widen(self, code: str, wide: str) -> str:
         return f"{wide}({code})"
@@ -936,7 +951,8 @@ class WGSLRenderer(GPURenderer):
             if is_float:
                 init = self.literal(-math.inf if v.op is Op.RMAX else math.inf, F32)
             else:
-                init = "i32(-2147483647 - 1)" if v.op is Op.RMAX else "2147483647i"
+                info = np.iinfo(d.np_dtype)
+                init = self.literal(int(info.min if v.op is Op.RMAX else info.max), d)
         if wide == PROD:
             init = "0.5, 1.0, 1.0"  # 0.5 * 2^1 * 1
         lines = [f"var {acc}: {wide} = {wide}({init});"]

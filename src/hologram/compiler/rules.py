@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from ..isa import builder as b
+from ..isa.dtypes import INTEGERS
 from ..isa.opcodes import (
     ATTENTION_OPERANDS,
     ATTENTION_PART,
@@ -128,6 +129,10 @@ def _abs_x(bd: Bindings, _: Value) -> Value:
     return b.unary(Op.ABS, bd["x"])
 
 
+def _signed(v: Value) -> bool:
+    return v.dtype.kind != "i" or v.dtype.signed
+
+
 def _same_shape(v: Value) -> bool:
     return v.shape == v.srcs[0].shape
 
@@ -161,8 +166,8 @@ IDENTITY_RULES: list[Rule] = [
          "neg(neg x) -> x"),
     Rule("abs_abs", Pat(ops={Op.ABS}, srcs=(Pat(ops={Op.ABS}, name="x"),)), _x,
          "abs(abs x) -> abs x"),
-    Rule("abs_neg", Pat(ops={Op.ABS}, srcs=(Pat(ops={Op.NEG}, srcs=(X,)),)), _abs_x,
-         "abs(neg x) -> abs x"),
+    Rule("abs_neg", Pat(ops={Op.ABS}, srcs=(Pat(ops={Op.NEG}, srcs=(X,)),), where=_signed),
+         _abs_x, "abs(neg x) -> abs x (not unsigned: abs is the identity there, neg wraps)"),
     Rule("minmax_same", Pat(ops={Op.MIN, Op.MAX}, srcs=(X, X)), _x,
          "min(x, x) -> x, max(x, x) -> x"),
     Rule("sel_same", Pat(ops={Op.SEL}, srcs=(Pat(), X, X)), _x, "sel(c, x, x) -> x"),
@@ -380,8 +385,8 @@ ATTENTION_RULES: list[Rule] = [
 
 _INDEX_VALUE_OPS = frozenset({Op.IOTA, Op.GATHER, Op.CUMSUM, Op.CUMPROD, Op.ARGSORT})
 # The largest integer each dtype holds exactly (with every smaller one).
-_EXACT_INT = {"f16": 2**11, "bf16": 2**8, "f32": 2**24, "f64": 2**53, "i32": 2**31 - 1,
-              "i64": 2**63 - 1}
+_EXACT_INT = {"f16": 2**11, "bf16": 2**8, "f32": 2**24, "f64": 2**53,
+              **{d.name: int(np.iinfo(d.np_dtype).max) for d in INTEGERS}}
 
 
 def _empty_index_value(v: Value) -> bool:

@@ -32,7 +32,13 @@ class DType:
     itemsize: int
     ctype: str
     dlpack_code: int
-    kind: str  # 'f' float, 'i' signed int, 'b' bool
+    kind: str  # 'f' float, 'i' integer (signed or unsigned: see ``signed``), 'b' bool
+    signed: bool = True  # integers only: whether the range holds negative values
+    #: Integers only: the unsigned C type their +, -, * and shifts are computed in, so an
+    #: overflow wraps modulo 2**bits as NumPy's does, never C's undefined behaviour
+    #: (signed overflow; and int promotion makes uint16 * uint16 a signed int product).
+    #: At least 32 bits: narrower operands promote to int before the operation anyway.
+    wrap: str = ""
 
     @property
     def bits(self) -> int:
@@ -53,11 +59,19 @@ f16 = DType("f16", np.dtype(np.float16), 2, "_Float16", DL_FLOAT, "f")
 bf16 = DType("bf16", _BF16, 2, "__bf16", DL_BFLOAT, "f")
 f32 = DType("f32", np.dtype(np.float32), 4, "float", DL_FLOAT, "f")
 f64 = DType("f64", np.dtype(np.float64), 8, "double", DL_FLOAT, "f")
-i32 = DType("i32", np.dtype(np.int32), 4, "int32_t", DL_INT, "i")
-i64 = DType("i64", np.dtype(np.int64), 8, "int64_t", DL_INT, "i")
+i8 = DType("i8", np.dtype(np.int8), 1, "int8_t", DL_INT, "i", True, "uint32_t")
+i16 = DType("i16", np.dtype(np.int16), 2, "int16_t", DL_INT, "i", True, "uint32_t")
+i32 = DType("i32", np.dtype(np.int32), 4, "int32_t", DL_INT, "i", True, "uint32_t")
+i64 = DType("i64", np.dtype(np.int64), 8, "int64_t", DL_INT, "i", True, "uint64_t")
+u8 = DType("u8", np.dtype(np.uint8), 1, "uint8_t", DL_UINT, "i", False, "uint32_t")
+u16 = DType("u16", np.dtype(np.uint16), 2, "uint16_t", DL_UINT, "i", False, "uint32_t")
+u32 = DType("u32", np.dtype(np.uint32), 4, "uint32_t", DL_UINT, "i", False, "uint32_t")
+u64 = DType("u64", np.dtype(np.uint64), 8, "uint64_t", DL_UINT, "i", False, "uint64_t")
 boolean = DType("bool", np.dtype(np.bool_), 1, "_Bool", DL_BOOL, "b")
 
-ALL: tuple[DType, ...] = (f16, bf16, f32, f64, i32, i64, boolean)
+ALL: tuple[DType, ...] = (f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, boolean)
+#: The integer dtypes, narrowest first within each signedness.
+INTEGERS: tuple[DType, ...] = tuple(d for d in ALL if d.kind == "i")
 BY_NAME: dict[str, DType] = {d.name: d for d in ALL}
 BY_NUMPY: dict[np.dtype, DType] = {d.np_dtype: d for d in ALL if d.np_dtype is not None}
 # dtypes every backend must run end to end today; the others are table rows ready to use.

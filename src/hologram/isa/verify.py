@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import VerifyError
 from . import dtypes
 from .dtypes import DType
@@ -51,7 +53,7 @@ def _float_check(op: Op, d: DType) -> None:
         raise RuleError(f"{op} needs a floating-point dtype, got {d}")
     if op in BITWISE and d.is_float:
         raise RuleError(f"{op} is a bitwise op: it needs an integer or bool dtype, got {d}")
-    if op in SHIFT and d.kind != "i":
+    if op in SHIFT and d.kind != "i":  # (signed or unsigned)
         raise RuleError(f"{op} is a shift: it needs an integer dtype, got {d}")
 
 
@@ -89,6 +91,11 @@ def _const(op, srcs, attrs, dtype, shape):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         if not (dtype is dtypes.boolean and isinstance(v, bool)):
             raise RuleError(f"const needs a numeric value=, got {v!r}")
+    if dtype is not None and dtype.kind == "i" and not isinstance(v, bool):
+        info = np.iinfo(dtype.np_dtype)  # a constant the dtype cannot hold has no meaning
+        if not (isinstance(v, int) and info.min <= v <= info.max):
+            raise RuleError(f"const value={v!r} is not a {dtype} (an integer in "
+                            f"[{info.min}, {info.max}])")
     return dtype, shape
 
 

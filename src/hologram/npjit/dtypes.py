@@ -20,8 +20,7 @@ from .errors import unsupported
 TRACEABLE: dict[np.dtype, DType] = {
     np.dtype(np.float32): isa_dtypes.f32,
     np.dtype(np.float64): isa_dtypes.f64,
-    np.dtype(np.int32): isa_dtypes.i32,
-    np.dtype(np.int64): isa_dtypes.i64,
+    **{np.dtype(d.np_dtype): d for d in isa_dtypes.INTEGERS},  # int8..int64, uint8..uint64
     np.dtype(np.bool_): isa_dtypes.boolean,
 }
 NAMES = ", ".join(str(d) for d in TRACEABLE)

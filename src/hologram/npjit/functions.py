@@ -54,8 +54,19 @@ def _where3(p: dict[str, Any]) -> Value:
         raise unsupported("where", "x" if x is None else "y", "either both or neither of "
                                                              "x and y should be given")
     d = result_type(x, y)
+    x, y = _wrapped(x, d), _wrapped(y, d)
     return L.where(value(c, "where", "condition", np.dtype(bool)), value(x, "where", "x", d),
                    value(y, "where", "y", d))
+
+
+def _wrapped(v: Any, d: np.dtype) -> Any:
+    """A Python int np.where puts into integer dtype ``d`` as NumPy does: by a C cast,
+    keeping the low bits (-1 into uint8 is 255), not by ufuncs' range check."""
+    if not _py_int(v) or d.kind not in "iu":
+        return v
+    bits = 8 * d.itemsize
+    r = v % 2**bits
+    return r - 2**bits if d.kind == "i" and r >= 2**(bits - 1) else r
 
 
 def _select(p: dict[str, Any]) -> Value:
@@ -70,6 +81,10 @@ def _select(p: dict[str, Any]) -> Value:
     return out
 
 
+def _py_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _clip(p: dict[str, Any]) -> Value:
     lo = p.get("a_min") if p.get("a_min") is not None else p.get("min")
     hi = p.get("a_max") if p.get("a_max") is not None else p.get("max")
@@ -77,6 +92,15 @@ def _clip(p: dict[str, Any]) -> Value:
         raise unsupported("clip", "a_min", "one of a_min and a_max must be given")
     x = p["a"]
     r: Any = x
+    d = x.dtype if isinstance(x, Value) else getattr(getattr(x, "v", None), "dtype", None)
+    if d is not None and d.kind == "i":
+        # NumPy clips an integer array by Python int bounds its dtype cannot hold (uint8
+        # by -9) as if by the dtype's own limits: a bound past them changes nothing
+        info = np.iinfo(d.np_dtype)
+        lo = None if _py_int(lo) and lo < info.min else lo
+        hi = None if _py_int(hi) and hi > info.max else hi
+        if lo is None and hi is None:
+            return x if isinstance(x, Value) else x.v
     if lo is not None:
         r = Var(apply(np.maximum, (r, lo)))
     if hi is not None:

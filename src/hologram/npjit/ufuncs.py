@@ -51,6 +51,8 @@ def _abs(x: Value) -> Value:
 
 def _sign(x: Value) -> Value:
     one = L.k(1, x)
+    if x.dtype.kind == "i" and not x.dtype.signed:  # no negative values: 0 or 1
+        return L.where(L.lt(L.k(0, x), x), one, x)
     return L.where(L.lt(L.k(0, x), x), one, L.where(L.lt(x, L.k(0, x)), L.k(-1, x), x))
 
 
@@ -131,8 +133,44 @@ def _divmod(a: Value, b: Value) -> tuple[Value, Value]:
 def _power(a: Value, b: Value) -> Value:
     if a.dtype.is_float:
         return L.ew(Op.POW, a, b)
-    r = B.cast(L.ew(Op.POW, B.cast(a, D.f64), B.cast(b, D.f64)), a.dtype)
-    return r  # NumPy raises for negative integer powers of ints; here 1/x truncates
+    return _int_power(a, b)
+
+
+def _const_scalar(v: Value) -> int | None:
+    """The value of a CONST (a broadcast Python scalar), else None."""
+    while v.op in (Op.EXPAND, Op.RESHAPE):
+        v = v.srcs[0]
+    return int(v.attr("value")) if v.op is Op.CONST else None
+
+
+def _int_power(a: Value, b: Value) -> Value:
+    """NumPy's integer power: repeated squaring in the dtype, so the result wraps as
+    NumPy's does (a float pow rounded back would not). A constant exponent unrolls into
+    its multiplications; an array exponent takes one conditional product per bit. A
+    negative exponent (NumPy raises at run time) gives 1/a truncated: 1, -1 or 0."""
+    one = L.k(1, a)
+    c = _const_scalar(b)
+    if c is not None and c >= 0:
+        r, base = one, a
+        while c:
+            if c & 1:
+                r = base if r is one else L.ew(Op.MUL, r, base)
+            c >>= 1
+            if c:
+                base = L.ew(Op.MUL, base, base)
+        return B.expand(r, B.broadcast_shape(a.shape, b.shape))
+    d = a.dtype
+    r, base = one, a
+    for i in range(d.bits - 1 if d.signed else d.bits):
+        bit = L.ne(L.ew(Op.AND, L.ew(Op.SHR, b, L.k(i, b)), L.k(1, b)), L.k(0, b))
+        r = L.where(bit, L.ew(Op.MUL, r, base), r)
+        base = L.ew(Op.MUL, base, base)
+    if d.signed:
+        odd = L.ne(L.ew(Op.AND, b, L.k(1, b)), L.k(0, b))
+        neg = L.where(L.eq(a, one), one, L.where(L.eq(a, L.k(-1, a)),
+                                                 L.where(odd, a, one), L.k(0, a)))
+        r = L.where(L.lt(b, L.k(0, b)), neg, r)
+    return r
 
 
 def _fmax(op: Op) -> Impl:
