@@ -890,11 +890,36 @@ class CRenderer(IndexKernels):
                                       for d, e in enumerate(idx))
                         return self.offset(c.shape, moved)
 
-                    out += self.nested_kernel(part, k, top, place)
+                    out += self.concat_part(part, k, top, place)
                 start += part.shape[axis]
         finally:
             del self.row_scratch
             del self.concat_parallel
+        return out
+
+    def concat_part(self, part: Value, k: KernelPlan, top: Scope,
+                    place: Callable[[tuple[Expr, ...]], Expr]) -> list[str]:
+        """One part of a stored CONCAT, written through ``place``. A part that is itself
+        a CONCAT nothing stores (seen through reshapes that only add or drop unit dims:
+        an im2col tap built as its input window padded with zeros, see
+        ``hologram_torch.lowering.convolution.window_taps``) is split the same way, one
+        loop nest per sub-part: the window becomes a plain copy and the padding plain
+        stores of the fill, where a select per element would pick between them."""
+        inner = unit_reshape_concat(part, self.sched.buffers)
+        if inner is None:
+            return self.nested_kernel(part, k, top, place)
+        cat, to_part = inner
+        ax = cat.attr("axis")
+        out: list[str] = []
+        start = 0
+        for sub in cat.srcs:
+            if sub.shape[ax]:
+                def sub_place(idx: tuple[Expr, ...], start: int = start) -> Expr:
+                    moved = tuple(shift(e, start) if d == ax else e for d, e in enumerate(idx))
+                    return place(to_part(moved))
+
+                out += self.concat_part(sub, k, top, sub_place)
+            start += sub.shape[ax]
         return out
 
     def nested_kernel(self, c: Value, k: KernelPlan, top: Scope,
@@ -929,6 +954,31 @@ class CRenderer(IndexKernels):
         out = [self.loop("o", n_outer, parallel, False, "outer", c.size)]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
+
+
+def unit_reshape_concat(v: Value, buffers: dict[int, BufRef]
+                        ) -> tuple[Value, Callable[[tuple[Expr, ...]], tuple[Expr, ...]]] | None:
+    """``v`` as an unstored CONCAT seen through unstored RESHAPEs that only add or drop
+    dims of size 1, with the map from the CONCAT's index to ``v``'s; None otherwise."""
+    chain: list[Value] = []
+    x = v
+    while x.op is Op.RESHAPE and id(x) not in buffers:
+        src = x.srcs[0]
+        if [d for d in src.shape if d != 1] != [d for d in x.shape if d != 1]:
+            return None
+        chain.append(x)
+        x = src
+    if x.op is not Op.CONCAT or id(x) in buffers or 0 in x.shape:
+        return None
+
+    def to_v(idx: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        cur, shape = idx, x.shape
+        for r in reversed(chain):  # innermost reshape first
+            kept = iter(e for e, d in zip(cur, shape, strict=True) if d != 1)
+            cur, shape = tuple(ZERO if d == 1 else next(kept) for d in r.shape), r.shape
+        return cur
+
+    return x, to_v
 
 
 def shift(e: Expr, by: int) -> Expr:
