@@ -15,11 +15,11 @@ import hologram as hg  # noqa: E402
 from hologram.backends import registry  # noqa: E402
 from hologram.isa import builder as b  # noqa: E402
 from hologram_torch.lowering.convolution import (  # noqa: E402
+    FOLD_MAX_POSITIONS,
     conv_input_grad,
     conv_nd,
     conv_weight_grad,
 )
-from hologram_torch.lowering.convolution import FOLD_MAX_POSITIONS  # noqa: E402
 
 F = torch.nn.functional
 
@@ -86,6 +86,46 @@ def test_convolution_on_webgpu_float32(name):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def emulated_cuda():
+    """An executor on the emulated CUDA device (CUDA C compiled for the host)."""
+    import os
+
+    from hologram.backends.cuda_device import DEVICE_ENV
+
+    old = os.environ.get(DEVICE_ENV)
+    os.environ[DEVICE_ENV] = "emulated"
+    try:
+        reason = registry.why_unavailable("cuda")
+        if reason is not None:
+            pytest.skip(f"emulated cuda unavailable: {reason}")
+        ex = hg.Executor("cuda")
+        yield ex
+        ex.close()
+    finally:
+        if old is None:
+            os.environ.pop(DEVICE_ENV, None)
+        else:
+            os.environ[DEVICE_ENV] = old
+
+
+@pytest.mark.parametrize("name", ["dense 3x3 pad", "folded 3x3 s2", "folded 1x1 s2",
+                                  "folded dilated"])
+def test_convolution_runs_on_emulated_cuda(emulated_cuda, name):
+    """The windowed taps (zero padding as CONCAT parts around each tap) and the GEMM over
+    the batch, run as CUDA C, against ``F.conv2d``; outputs between canaries."""
+    from .programs import compiled_and_reference
+
+    xs, ws, *_ = CASES[name]
+    x, w, bias = _arrays(name, np.float32)
+    want = _want(name, x, w, bias)
+    p = b.program(_forward(name, want.shape[2:]),
+                  [("f32", xs), ("f32", ws), ("f32", (ws[0],))])
+    (got,), (ref,) = compiled_and_reference(emulated_cuda, p, [x, w, bias])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ref, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_convolution_kernels_compile_for_cuda(name):
     from hologram.compiler import nvrtc
@@ -135,7 +175,7 @@ def test_a_batch_with_few_positions_is_one_gemm(kernel, stride, pad):
     def conv(x, w):
         return (conv_nd(x, w, None, stride, pad, (1, 1), 1, (7, 7)),)
 
-    size = [7 * s + k - 1 - 2 * p - s + 1 for k, s, p in zip(kernel, stride, pad)]
+    size = [6 * s + k - 2 * p for k, s, p in zip(kernel, stride, pad, strict=True)]  # 7x7 out
     (g,) = _gemms(conv, [("f32", (3, 8, *size)), ("f32", (16, 8, *kernel))])
     assert g.shape == (16, 3 * 49)
     assert FOLD_MAX_POSITIONS < 16 * 17
