@@ -15,6 +15,7 @@ import hologram as hg  # noqa: E402
 from hologram.backends import registry  # noqa: E402
 from hologram.isa import builder as b  # noqa: E402
 from hologram_torch.lowering.convolution import (  # noqa: E402
+    FOLD_MAX_POSITIONS,
     conv_input_grad,
     conv_nd,
     conv_weight_grad,
@@ -28,6 +29,11 @@ CASES = {
     "strided grouped dilated": ((1, 4, 9, 8), (6, 2, 3, 2), (2, 1), (1, 2), (2, 1), 2),
     "depthwise 5x5 s2": ((2, 3, 8, 8), (6, 1, 5, 5), (2, 2), (2, 2), (1, 1), 3),
     "pointwise": ((1, 3, 5, 4), (2, 3, 1, 1), (1, 1), (0, 0), (1, 1), 1),
+    "dense per image": ((2, 3, 17, 16), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    # a batch with few positions: one GEMM over the batch (folded), padded windows
+    "folded 3x3 s2": ((3, 4, 7, 6), (5, 4, 3, 3), (2, 2), (1, 2), (1, 1), 1),
+    "folded 1x1 s2": ((2, 3, 5, 6), (4, 3, 1, 1), (2, 2), (0, 0), (1, 1), 1),
+    "folded dilated": ((2, 2, 9, 8), (3, 2, 3, 2), (1, 3), (2, 1), (2, 2), 1),
 }
 
 
@@ -80,6 +86,46 @@ def test_convolution_on_webgpu_float32(name):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def emulated_cuda():
+    """An executor on the emulated CUDA device (CUDA C compiled for the host)."""
+    import os
+
+    from hologram.backends.cuda_device import DEVICE_ENV
+
+    old = os.environ.get(DEVICE_ENV)
+    os.environ[DEVICE_ENV] = "emulated"
+    try:
+        reason = registry.why_unavailable("cuda")
+        if reason is not None:
+            pytest.skip(f"emulated cuda unavailable: {reason}")
+        ex = hg.Executor("cuda")
+        yield ex
+        ex.close()
+    finally:
+        if old is None:
+            os.environ.pop(DEVICE_ENV, None)
+        else:
+            os.environ[DEVICE_ENV] = old
+
+
+@pytest.mark.parametrize("name", ["dense 3x3 pad", "folded 3x3 s2", "folded 1x1 s2",
+                                  "folded dilated"])
+def test_convolution_runs_on_emulated_cuda(emulated_cuda, name):
+    """The windowed taps (zero padding as CONCAT parts around each tap) and the GEMM over
+    the batch, run as CUDA C, against ``F.conv2d``; outputs between canaries."""
+    from .programs import compiled_and_reference
+
+    xs, ws, *_ = CASES[name]
+    x, w, bias = _arrays(name, np.float32)
+    want = _want(name, x, w, bias)
+    p = b.program(_forward(name, want.shape[2:]),
+                  [("f32", xs), ("f32", ws), ("f32", (ws[0],))])
+    (got,), (ref,) = compiled_and_reference(emulated_cuda, p, [x, w, bias])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ref, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_convolution_kernels_compile_for_cuda(name):
     from hologram.compiler import nvrtc
@@ -105,15 +151,31 @@ def test_a_pointwise_convolution_is_one_gemm_per_image():
     """A 1x1, stride-1 convolution is the weight times the image ``[C, H*W]``: one GEMM
     per image whose rows are the output channels (channels-first, as stored). The patch
     path, batched over output rows (m = 7 on ConvNeXt's last stage), ran its MLP's
-    GEMMs at 9 GFLOP/s; a patch embedding (stride = kernel > 1) keeps that path."""
+    GEMMs at 9 GFLOP/s; a patch embedding (stride = kernel > 1) keeps that path. A batch
+    of images with few positions each is one GEMM over the batch (the next test)."""
     def pointwise(x, w):
-        return (conv_nd(x, w, None, (1, 1), (0, 0), (1, 1), 1, (7, 7)),)
+        return (conv_nd(x, w, None, (1, 1), (0, 0), (1, 1), 1, (16, 17)),)
 
-    (g,) = _gemms(pointwise, [("f32", (2, 320, 7, 7)), ("f32", (1280, 320, 1, 1))])
-    assert g.shape == (2, 1, 1280, 49)
+    (g,) = _gemms(pointwise, [("f32", (2, 320, 16, 17)), ("f32", (1280, 320, 1, 1))])
+    assert g.shape == (2, 1, 1280, 16 * 17)
 
     def patches(x, w):
         return (conv_nd(x, w, None, (4, 4), (0, 0), (1, 1), 1, (4, 4)),)
 
     (g,) = _gemms(patches, [("f32", (1, 3, 16, 16)), ("f32", (8, 3, 4, 4))])
     assert g.shape[-1] == 8 and g.shape[-2] * g.shape[-3] == 16  # windows x channels
+
+
+@pytest.mark.parametrize("kernel,stride,pad", [((3, 3), (1, 1), (1, 1)), ((1, 1), (2, 2), (0, 0))])
+def test_a_batch_with_few_positions_is_one_gemm(kernel, stride, pad):
+    """Up to ``FOLD_MAX_POSITIONS`` output positions per image, a dense convolution of a
+    batch is one GEMM, the weight times every image's columns side by side (BLAS packs
+    the weight once, not once per image); above, one GEMM per image. The values are
+    checked against ``F.conv2d`` on every backend by the tests above ("folded" cases)."""
+    def conv(x, w):
+        return (conv_nd(x, w, None, stride, pad, (1, 1), 1, (7, 7)),)
+
+    size = [6 * s + k - 2 * p for k, s, p in zip(kernel, stride, pad, strict=True)]  # 7x7 out
+    (g,) = _gemms(conv, [("f32", (3, 8, *size)), ("f32", (16, 8, *kernel))])
+    assert g.shape == (16, 3 * 49)
+    assert FOLD_MAX_POSITIONS < 16 * 17

@@ -217,8 +217,10 @@ def test_importing_hologram_torch_moves_kernels_to_openmp():
 
 
 def test_a_stored_concat_is_one_team_job():
-    """A big stored CONCAT's parts (disjoint windows) are laid end to end as one job,
-    small parts included; every split of the range gives NumPy's result."""
+    """A big stored CONCAT is one job, small parts included: along an inner axis, one
+    loop over the dims before it (here the 512 rows) with every part's window inside
+    (``render_c.concat_kernel``, units first); along the first axis, the parts' loops
+    laid end to end. Every split of the range gives NumPy's result."""
     from hologram.isa import builder as b
     from hologram.isa.builder import Var
 
@@ -228,13 +230,19 @@ def test_a_stored_concat_is_one_team_job():
     p = b.program(lambda u, v: Var(b.concat([u.v, (v * 2.0).v, (u + 1.0).v], axis=1)),
                   [("f32", x.shape), ("f32", y.shape)])
     want = np.concatenate([x, y * 2, x + 1], axis=1)
+    xt, yt = np.ascontiguousarray(x.T), np.ascontiguousarray(y.T)
+    p0 = b.program(lambda u, v: Var(b.concat([u.v, (v * 2.0).v, (u + 1.0).v], axis=0)),
+                   [("f32", xt.shape), ("f32", yt.shape)])
+    want0 = np.concatenate([xt, yt * 2, xt + 1], axis=0)
     with hg.Executor("cpu") as ex:
-        assert ex.compile(p).source.count("hg_par(k0_chunk, (void *)B, 1536,") == 1
+        assert ex.compile(p).source.count("hg_par(k0_chunk, (void *)B, 512,") == 1
+        assert ex.compile(p0).source.count("hg_par(k0_chunk, (void *)B, 607,") == 1
         try:
             for n in (1, 2, 3):
                 hg.set_num_threads(n)
-                got = np.empty_like(want)
-                ex.launch(p, [x, y], [got])
-                np.testing.assert_array_equal(got, want)
+                for prog, args, w in ((p, [x, y], want), (p0, [xt, yt], want0)):
+                    got = np.empty_like(w)
+                    ex.launch(prog, args, [got])
+                    np.testing.assert_array_equal(got, w)
         finally:
             hg.set_num_threads(None)

@@ -935,6 +935,19 @@ class CRenderer(IndexKernels):
         # parts ran on one thread).
         self.concat_parallel = (self.team_loops is not None and self.row_len is None
                                 and c.size >= self.parallel_min_work)
+        units = math.prod(c.shape[:axis])
+        # Units first: one parallel loop over the dims before the axis, every part inside
+        # (an im2col: per image and channel, all its taps), so a unit's input is read
+        # from cache by every part that reads it, where part after part each swept the
+        # whole input (docs/perf.md, "Session 12, CNN").
+        interleave = (self.concat_parallel and units > 1
+                      and all(keeps_lead(p, axis, self.sched.buffers) for p in c.srcs))
+        lead: tuple[Expr, ...] = ()
+        body_top = top
+        if interleave:
+            lead = self.unravel("u", c.shape, list(range(axis)))[:axis]
+            body_top = Scope("outer", "u", top)
+            self.concat_parallel = False
         try:
             for part in c.srcs:
                 if part.shape[axis]:
@@ -943,22 +956,54 @@ class CRenderer(IndexKernels):
                                       for d, e in enumerate(idx))
                         return self.offset(c.shape, moved)
 
-                    out += self.nested_kernel(part, k, top, place)
+                    out += self.concat_part(part, k, body_top, place, lead)
                 start += part.shape[axis]
         finally:
             del self.row_scratch
             del self.concat_parallel
+        if interleave:
+            head = self.loop("u", units, True, False, "outer", c.size)
+            out = [head] + ["  " + ln for ln in body_top.lines + out] + ["}"]
+        return out
+
+    def concat_part(self, part: Value, k: KernelPlan, top: Scope,
+                    place: Callable[[tuple[Expr, ...]], Expr],
+                    lead: tuple[Expr, ...] = ()) -> list[str]:
+        """One part of a stored CONCAT, written through ``place``. A part that is itself
+        a CONCAT nothing stores (seen through reshapes that only add or drop unit dims:
+        an im2col tap built as its input window padded with zeros, see
+        ``hologram_torch.lowering.convolution.window_taps``) is split the same way, one
+        loop nest per sub-part: the window becomes a plain copy and the padding plain
+        stores of the fill, where a select per element would pick between them."""
+        inner = unit_reshape_concat(part, self.sched.buffers)
+        if inner is None:
+            return self.nested_kernel(part, k, top, place, lead)
+        cat, to_part = inner
+        ax = cat.attr("axis")
+        out: list[str] = []
+        start = 0
+        for sub in cat.srcs:
+            if sub.shape[ax]:
+                def sub_place(idx: tuple[Expr, ...], start: int = start) -> Expr:
+                    moved = tuple(shift(e, start) if d == ax else e for d, e in enumerate(idx))
+                    return place(to_part(moved))
+
+                out += self.concat_part(sub, k, top, sub_place, lead)
+            start += sub.shape[ax]
         return out
 
     def nested_kernel(self, c: Value, k: KernelPlan, top: Scope,
-                      place: Callable[[tuple[Expr, ...]], Expr] | None = None) -> list[str]:
+                      place: Callable[[tuple[Expr, ...]], Expr] | None = None,
+                      lead: tuple[Expr, ...] = ()) -> list[str]:
         """``c`` over its own shape; ``place`` maps its index to the stored element's
-        offset (a CONCAT part's window), by default ``c``'s own row-major offset."""
+        offset (a CONCAT part's window), by default ``c``'s own row-major offset.
+        ``lead``: the indices of ``c``'s first dims, fixed by an enclosing loop (the
+        units of an interleaved CONCAT); the loops here run over the other dims."""
         if c.ndim == 0:  # a scalar: no loops of its own, only the phases it needs
             x = self.emit(c, (), top, False)
             return self.stores(k, x, Expr("0") if place is None else place(()))
-        inner_dims = self.inner_axes(c)
-        outer_dims = [d for d in range(c.ndim) if d not in inner_dims]
+        inner_dims = [d for d in self.inner_axes(c) if d >= len(lead)] or [c.ndim - 1]
+        outer_dims = [d for d in range(len(lead), c.ndim) if d not in inner_dims]
         n_outer = math.prod(c.shape[d] for d in outer_dims)
         n_inner = math.prod(c.shape[d] for d in inner_dims)
         outer = Scope("outer", "o", top)
@@ -966,6 +1011,7 @@ class CRenderer(IndexKernels):
         oidx = self.unravel("o", c.shape, outer_dims)
         iidx = self.unravel("j", c.shape, inner_dims)
         idx = tuple(o if o is not ZERO else i for o, i in zip(oidx, iidx, strict=True))
+        idx = lead + idx[len(lead):]
         if self.row_scratch and n_inner * c.dtype.itemsize <= ROW_SCRATCH_BYTES:
             self.row = {"axes": tuple(inner_dims), "count": n_inner}
         x = self.emit(c, idx, inner, False)
@@ -978,10 +1024,48 @@ class CRenderer(IndexKernels):
         body = [self.loop("j", n_inner, False, True, "inner")]
         body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]
         body.append("}")
-        parallel = self.concat_parallel or (c.size >= self.parallel_min_work and n_outer > 1)
+        parallel = not lead and (self.concat_parallel
+                                 or (c.size >= self.parallel_min_work and n_outer > 1))
         out = [self.loop("o", n_outer, parallel, False, "outer", c.size)]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
+
+
+def keeps_lead(part: Value, axis: int, buffers: dict[int, BufRef]) -> bool:
+    """Whether ``part`` of a CONCAT along ``axis``, and every unstored CONCAT inside it
+    that ``concat_part`` splits, has the same first ``axis`` dims with their inner
+    axes after them, so one loop over those dims can enclose all their loop nests."""
+    inner = unit_reshape_concat(part, buffers)
+    if inner is None:
+        return True
+    cat, _ = inner
+    return (cat.shape[:axis] == part.shape[:axis] and cat.attr("axis") >= axis
+            and all(keeps_lead(p, axis, buffers) for p in cat.srcs))
+
+
+def unit_reshape_concat(v: Value, buffers: dict[int, BufRef]
+                        ) -> tuple[Value, Callable[[tuple[Expr, ...]], tuple[Expr, ...]]] | None:
+    """``v`` as an unstored CONCAT seen through unstored RESHAPEs that only add or drop
+    dims of size 1, with the map from the CONCAT's index to ``v``'s; None otherwise."""
+    chain: list[Value] = []
+    x = v
+    while x.op is Op.RESHAPE and id(x) not in buffers:
+        src = x.srcs[0]
+        if [d for d in src.shape if d != 1] != [d for d in x.shape if d != 1]:
+            return None
+        chain.append(x)
+        x = src
+    if x.op is not Op.CONCAT or id(x) in buffers or 0 in x.shape:
+        return None
+
+    def to_v(idx: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        cur, shape = idx, x.shape
+        for r in reversed(chain):  # innermost reshape first
+            kept = iter(e for e, d in zip(cur, shape, strict=True) if d != 1)
+            cur, shape = tuple(ZERO if d == 1 else next(kept) for d in r.shape), r.shape
+        return cur
+
+    return x, to_v
 
 
 def shift(e: Expr, by: int) -> Expr:

@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from hologram.isa.builder import Var, concat, const
+from hologram.isa.value import Value
 
 from .context import Ctx, Unsupported, isa_dtype
 from .movement import pad_with
@@ -99,6 +100,64 @@ def taps(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence
     return views
 
 
+def _window(x: Var, axis: int, n_out: int, stride: int, off: int,
+            fill: Value) -> tuple[Var, int, int] | None:
+    """Along ``axis``: the elements ``x[o * stride + off]`` that lie inside ``x`` for
+    outputs ``o`` in ``[0, n_out)``, as a view ``[..., hi - lo, ...]``, with ``lo, hi``:
+    the outputs they are (the rest fall in the padding). None: no output reads ``x``."""
+    n = x.shape[axis]
+    lo = max(0, -(off // stride))  # ceil(-off / stride)
+    hi = min(n_out, (n - 1 - off) // stride + 1)
+    if hi <= lo:
+        return None
+    cnt, start = hi - lo, lo * stride + off
+    shape = x.shape
+
+    def cut(v: Var, first: int, size: int) -> Var:
+        return v.slice(tuple(first if a == axis else 0 for a in range(v.ndim)),
+                       tuple(size if a == axis else s for a, s in enumerate(v.shape)))
+
+    if stride == 1:
+        return cut(x, start, cnt), lo, hi
+    span = cnt * stride  # rows of ``stride``: the first of each is an output's element
+    w = cut(x, start, min(span, n - start))
+    if w.shape[axis] < span:  # the last row runs past the end: elements never read
+        w = pad_with(w, [0, 0] * (x.ndim - 1 - axis) + [0, span - w.shape[axis]], fill)
+    w = w.reshape((*shape[:axis], cnt, stride, *shape[axis + 1:]))
+    w = w.slice((0,) * w.ndim, (*shape[:axis], cnt, 1, *shape[axis + 1:]))
+    return w.reshape((*shape[:axis], cnt, *shape[axis + 1:])), lo, hi
+
+
+def window_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
+                padding: Sequence[int], dilation: Sequence[int], outs: Sequence[int],
+                fill: float = 0.0) -> list[Var]:
+    """The same taps as :func:`taps`, each built the other way round: the window of the
+    unpadded input that the kernel position reads (a view), padded with ``fill`` where
+    it falls outside (a CONCAT of constants around it). No padded copy of the input is
+    needed: a stored CONCAT of these taps (an im2col) renders each tap as a copy of its
+    window and stores of ``fill`` around it (``render_c.concat_kernel``), where the
+    padded input used to be a pass of its own and the taps read it again
+    (docs/perf.md, "Session 12, CNN")."""
+    nd = len(kernel)
+    fv = const(fill, x.dtype, ())
+    out: list[Var] = []
+    for pos in itertools.product(*(range(k) for k in kernel)):
+        w: Var | None = x
+        pads: list[int] = []
+        for i in range(nd):
+            got = _window(w, 2 + i, outs[i], stride[i], pos[i] * dilation[i] - padding[i], fv)
+            if got is None:
+                w = None
+                break
+            w, lo, hi = got
+            pads[:0] = [lo, outs[i] - hi]
+        if w is None:  # the kernel position never meets the input
+            out.append(Var(const(fill, x.dtype, (*x.shape[:2], *outs))))
+        else:
+            out.append(pad_with(w, pads, fv) if any(pads) else w)
+    return out
+
+
 def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
     """``x [B, C, *spatial]`` cut into non-overlapping windows of ``kernel``:
     ``[B, *out_sizes, C * prod(kernel)]``, windows in row-major order of their position,
@@ -133,6 +192,37 @@ def columns(tp: list[Var], groups: int) -> Var:
     return stacked.reshape((b, groups, (c // groups) * len(tp), math.prod(outs)))
 
 
+#: Output positions per image up to which a dense convolution of a batch is one GEMM
+#: over the whole batch (columns ``[C*K, B*L]``) instead of one per image. With few
+#: positions each per-image product is thin (n = 49 on ResNet-18's last stage) and BLAS
+#: packs the whole weight again for each image: one thread, MKL, 512x4608 weight, batch
+#: 8 took 14.4 ms per image-wise batch and 9.7 ms folded; 256x2304 at 196 positions 11.9
+#: and 10.4 ms; at 784 positions both 9.6-9.7 ms; at 12544 folding lost (10.5 against
+#: 15.3 ms) (docs/perf.md, "Session 12, CNN").
+FOLD_MAX_POSITIONS = 256
+
+
+def _batch_folded(x: Var, weight: Var, stride: Sequence[int], padding: Sequence[int],
+                  dilation: Sequence[int], outs: Sequence[int]) -> Var:
+    """A dense (``groups == 1``) convolution of a batch as ONE GEMM: the weight ``[O,
+    C*K]`` times the columns of every image side by side, ``[C*K, B*L]`` (taps of the
+    input read with its batch and channel axes swapped: views), giving ``[O, B, L]``,
+    returned as the view ``[B, O, *outs]``."""
+    b, c = x.shape[:2]
+    o = weight.shape[0]
+    kernel = tuple(weight.shape[2:])
+    kk = math.prod(kernel)
+    n = b * math.prod(outs)
+    xt = x.permute((1, 0, *range(2, x.ndim)))  # [C, B, *P]
+    tp = window_taps(xt, kernel, stride, padding, dilation, outs)  # each [C, B, *outs]
+    if kk == 1:
+        cols = tp[0].reshape((c, n))
+    else:  # rows ordered (channel, kernel position), as the weight's are
+        cols = Var(concat([t.reshape((c, 1, b, *outs)).v for t in tp], 1)).reshape((c * kk, n))
+    y = (weight.reshape((o, c * kk)) @ cols).reshape((o, b, *outs))
+    return y.permute((1, 0, *range(2, y.ndim)))
+
+
 def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
             padding: Sequence[int], dilation: Sequence[int], groups: int,
             outs: Sequence[int]) -> Var:
@@ -165,8 +255,10 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
             y = xi * wi if y is None else y + xi * wi
         assert y is not None
         y = y.reshape((b, o, *outs))
+    elif groups == 1 and b > 1 and math.prod(outs) <= FOLD_MAX_POSITIONS:
+        y = _batch_folded(x, weight, stride, padding, dilation, outs)
     else:
-        cols = columns(taps(x, kernel, stride, padding, dilation, outs), groups)
+        cols = columns(window_taps(x, kernel, stride, padding, dilation, outs), groups)
         w = weight.reshape((1, groups, og, cg * kk))
         y = (w @ cols).reshape((b, o, *outs))
     if bias is not None:

@@ -163,8 +163,13 @@ def _max_pool_with_indices(nd: int) -> Callable[..., tuple[Var, Var]]:
                 win = or_(t > -math.inf, not_(t.eq(t)))
                 best = t
             else:
+                # ATen's rule, a later element wins when greater or NaN, is the ISA's MAX
+                # with that element first: one instruction per tap, one reader of the
+                # running maximum, so an inference pool (its index chain dead) stays one
+                # kernel; a select reading it twice per tap made the scheduler's work rule
+                # store the chain every few taps (six passes on ResNet-18's stem pool)
                 win = or_(t > best, not_(t.eq(t)))
-                best = win.where(t, best)
+                best = t.maximum(best)
             idx = win.where(at, idx)
         assert best is not None
         return best.reshape(shape), idx.reshape(ishape)
