@@ -89,24 +89,12 @@ def test_convolution_on_webgpu_float32(name):
 @pytest.fixture(scope="module")
 def emulated_cuda():
     """An executor on the emulated CUDA device (CUDA C compiled for the host)."""
-    import os
+    from .cuda_env import cuda_device
 
-    from hologram.backends.cuda_device import DEVICE_ENV
-
-    old = os.environ.get(DEVICE_ENV)
-    os.environ[DEVICE_ENV] = "emulated"
-    try:
-        reason = registry.why_unavailable("cuda")
-        if reason is not None:
-            pytest.skip(f"emulated cuda unavailable: {reason}")
+    with cuda_device("emulated"):
         ex = hg.Executor("cuda")
         yield ex
         ex.close()
-    finally:
-        if old is None:
-            os.environ.pop(DEVICE_ENV, None)
-        else:
-            os.environ[DEVICE_ENV] = old
 
 
 @pytest.mark.parametrize("name", ["dense 3x3 pad", "folded 3x3 s2", "folded 1x1 s2",

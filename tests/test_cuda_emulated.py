@@ -28,6 +28,7 @@ from hologram.backends.reference import evaluate
 from hologram.errors import BackendUnavailableError
 from hologram.isa import builder as b
 
+from .cuda_env import cuda_device
 from .programs import (
     INT_DTYPES,
     compiled_and_reference,
@@ -52,16 +53,8 @@ emulator_only = pytest.mark.skipif(KIND != "emulated", reason="checks the emulat
 
 @pytest.fixture(scope="module")
 def emulated():
-    old = os.environ.get(DEVICE_ENV)
-    os.environ[DEVICE_ENV] = KIND
-    reason = registry.why_unavailable("cuda")
-    if reason is not None:
-        pytest.skip(f"emulated cuda unavailable: {reason}")
-    yield
-    if old is None:
-        os.environ.pop(DEVICE_ENV, None)
-    else:
-        os.environ[DEVICE_ENV] = old
+    with cuda_device(KIND):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hologram as hg
-from hologram.backends import registry
-from hologram.backends.cuda_device import DEVICE_ENV
 from hologram.isa import builder as b
 from hologram.isa.dtypes import bf16
 
+from .cuda_env import cuda_device
 from .programs import compiled_and_reference, programs, random_inputs
 from .test_differential import assert_close
 from .test_fusion import CASES
@@ -45,12 +44,7 @@ KIND = os.environ.get("HOLOGRAM_CUDA_TEST_DEVICE", "emulated")
 
 @pytest.fixture(scope="module")
 def executors():
-    old = os.environ.get(DEVICE_ENV)
-    os.environ[DEVICE_ENV] = KIND
-    try:
-        reason = registry.why_unavailable("cuda")
-        if reason is not None:
-            pytest.skip(f"{KIND} cuda unavailable: {reason}")
+    with cuda_device(KIND):
         exs = []
         for threads, order in CONFIGS:
             ex = hg.Executor("cuda")
@@ -59,11 +53,6 @@ def executors():
         yield exs
         for ex, _ in exs:
             ex.close()
-    finally:
-        if old is None:
-            os.environ.pop(DEVICE_ENV, None)
-        else:
-            os.environ[DEVICE_ENV] = old
 
 
 def _run_each(executors, p, inputs, seed=0):
