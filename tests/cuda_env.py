@@ -28,3 +28,20 @@ def cuda_device(kind: str = "emulated") -> Iterator[None]:
             os.environ.pop(DEVICE_ENV, None)
         else:
             os.environ[DEVICE_ENV] = old
+
+
+@contextlib.contextmanager
+def cuda_executors(configs: list[tuple[int, str]]) -> Iterator[list[tuple[object, str]]]:
+    """One cuda executor per (threads per block, thread order), closed after."""
+    import hologram as hg
+
+    exs = []
+    for threads, order in configs:
+        ex = hg.Executor("cuda")
+        ex.backend.threads_per_block = threads
+        exs.append((ex, order))
+    try:
+        yield exs
+    finally:
+        for ex, _ in exs:
+            ex.close()

@@ -28,7 +28,7 @@ from hologram.backends.reference import evaluate
 from hologram.errors import BackendUnavailableError
 from hologram.isa import builder as b
 
-from .cuda_env import cuda_device
+from .cuda_env import cuda_device, cuda_executors
 from .programs import (
     INT_DTYPES,
     compiled_and_reference,
@@ -59,14 +59,8 @@ def emulated():
 
 @pytest.fixture(scope="module")
 def executors(emulated):
-    exs = []
-    for threads, order in CONFIGS:
-        ex = hg.Executor("cuda")
-        ex.backend.threads_per_block = threads
-        exs.append((ex, order))
-    yield exs
-    for ex, _ in exs:
-        ex.close()
+    with cuda_executors(CONFIGS) as exs:
+        yield exs
 
 
 def configs(executors, seed: int = 0):

@@ -23,7 +23,7 @@ import hologram as hg
 from hologram.isa import builder as b
 from hologram.isa.dtypes import bf16
 
-from .cuda_env import cuda_device
+from .cuda_env import cuda_device, cuda_executors
 from .programs import compiled_and_reference, programs, random_inputs
 from .test_differential import assert_close
 from .test_fusion import CASES
@@ -44,15 +44,8 @@ KIND = os.environ.get("HOLOGRAM_CUDA_TEST_DEVICE", "emulated")
 
 @pytest.fixture(scope="module")
 def executors():
-    with cuda_device(KIND):
-        exs = []
-        for threads, order in CONFIGS:
-            ex = hg.Executor("cuda")
-            ex.backend.threads_per_block = threads
-            exs.append((ex, order))
+    with cuda_device(KIND), cuda_executors(CONFIGS) as exs:
         yield exs
-        for ex, _ in exs:
-            ex.close()
 
 
 def _run_each(executors, p, inputs, seed=0):
