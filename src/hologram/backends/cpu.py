@@ -224,7 +224,6 @@ class CPUBackend(Backend):
             return self._fallback.compile(program)
         from ..compiler.cc import C_PRELUDE
 
-
         canon, rules, before = canonical_form(program)
         # The BLAS driver is built (once per process) only when a program has a GEMM.
         has_gemm = any(v.op is Op.GEMM for v in canon.instructions)

@@ -283,18 +283,22 @@ class CudaBackend(Backend):
 
         def render(sched: Any, slots: Any) -> str:
             gemms.clear()
+            copies = []
             for i, st in enumerate(sched.steps):
                 if not isinstance(st, GemmPlan):
                     continue
                 d = gemm_desc(st.value, sched.buffers, st.out, False, CUBLAS_DTYPES)
                 if d is None:
                     copy = unreadable_operand(st.value, sched.buffers, CUBLAS_DTYPES)
-                    if copy is not None:  # planned again with that view in a buffer
-                        raise NeedsMaterialize(copy)
+                    if copy is not None:
+                        copies.append(copy)
+                        continue
                     raise DTypeError(f"GEMM {st.value.dtype}{list(st.value.shape)}: cuBLAS "
                                      f"is called for {', '.join(CUBLAS_DTYPES)} products "
                                      "only")
                 gemms[i] = d
+            if copies:  # planned again with those views in buffers
+                raise NeedsMaterialize(copies[0], copies[1:])
             source, lm = render_cuda(sched, slots)
             launch_map.clear()
             launch_map.update(lm)

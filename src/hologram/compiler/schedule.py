@@ -119,7 +119,6 @@ class NeedsMaterialize(Exception):
 
     def __init__(self, value: Value, more: Sequence[Value] = ()) -> None:
         super().__init__(f"{value.op} needs its own buffer")
-        self.value = value
         self.values = (value, *more)
 
 
