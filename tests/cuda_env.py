@@ -30,6 +30,15 @@ def cuda_device(kind: str = "emulated") -> Iterator[None]:
             os.environ[DEVICE_ENV] = old
 
 
+def use_emulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulated device for one test (``monkeypatch`` restores the variable), or a
+    skip where it cannot open."""
+    monkeypatch.setenv(DEVICE_ENV, "emulated")
+    reason = registry.why_unavailable("cuda")
+    if reason is not None:
+        pytest.skip(f"emulated cuda unavailable: {reason}")
+
+
 @contextlib.contextmanager
 def cuda_executors(configs: list[tuple[int, str]]) -> Iterator[list[tuple[object, str]]]:
     """One cuda executor per (threads per block, thread order), closed after."""

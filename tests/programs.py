@@ -72,6 +72,21 @@ def _reshape_step(x: Var, i: int) -> Var:
     return x.reshape((math.prod(x.shape),))
 
 
+#: The view steps both generators draw (``_movement_step``).
+_MOVEMENT_KINDS = ("perm", "reshape", "slice")
+
+
+def _movement_step(kind: str, x: Var, i: int, j: int) -> Var | None:
+    """One of the view steps both generators draw (``_MOVEMENT_KINDS``), or None."""
+    if kind == "perm" and x.ndim >= 2:
+        return x.T
+    if kind == "reshape":
+        return _reshape_step(x, i)
+    if kind == "slice" and x.ndim:
+        return _slice_step(x, i, j)
+    return None
+
+
 def _cat_step(x: Var, y: Var, i: int, j: int) -> Var:
     """x joined with y along an axis where their other sizes agree, else with a
     computed value of its own shape (so parts of every kind meet in one CONCAT)."""
@@ -205,12 +220,8 @@ def programs(draw, dtype: str = "f32", max_ops: int = 8, gemm: bool = False,
             return (x < y).where(x, y)
         elif kind == "mad":
             return x * y + x
-        elif kind == "perm" and x.ndim >= 2:
-            return x.T
-        elif kind == "reshape":
-            return _reshape_step(x, i)
-        elif kind == "slice" and x.ndim:
-            return _slice_step(x, i, j)
+        elif kind in _MOVEMENT_KINDS:
+            return _movement_step(kind, x, i, j)
         elif kind == "cat" and x.ndim:
             return _cat_step(x, y, i, j)
         elif kind == "gemm" and x.ndim:
@@ -339,12 +350,8 @@ def int_programs(draw, dtype: str = "i32", max_ops: int = 8,
         elif kind == "r" and x.ndim:
             op = (Op.RMAX, Op.RMIN, Op.RSUM, Op.RPROD)[i % 4]
             return Var(b.reduce(op, x.v, j % x.ndim, keepdims=True))
-        elif kind == "perm" and x.ndim >= 2:
-            return x.T
-        elif kind == "reshape":
-            return _reshape_step(x, i)
-        elif kind == "slice" and x.ndim:
-            return _slice_step(x, i, j)
+        elif kind in _MOVEMENT_KINDS:
+            return _movement_step(kind, x, i, j)
         elif kind == "cat" and x.ndim:
             return Var(b.concat([x.v, b.unary(Op.NOT, x.v)], j % x.ndim))
         return None

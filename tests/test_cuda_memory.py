@@ -11,22 +11,18 @@ import numpy as np
 import pytest
 
 import hologram as hg
-from hologram.backends import registry
-from hologram.backends.cuda_device import DEVICE_ENV
 from hologram.backends.reference import evaluate
 from hologram.errors import OutOfMemoryError
 from hologram.isa import builder as b
 from hologram.memory import bin_size
 
+from .cuda_env import use_emulated
 from .test_differential import assert_close
 
 
 @pytest.fixture
 def ex(monkeypatch):
-    monkeypatch.setenv(DEVICE_ENV, "emulated")
-    reason = registry.why_unavailable("cuda")
-    if reason is not None:
-        pytest.skip(f"emulated cuda unavailable: {reason}")
+    use_emulated(monkeypatch)
     with hg.Executor("cuda") as e:
         e.backend.threads_per_block = 64
         yield e

@@ -40,11 +40,8 @@ NP = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64}
 
 
 @pytest.fixture(scope="module")
-def cpu() -> hg.Executor:
-    ex = hg.default_executor("cpu")
-    if "C via" not in ex.backend.describe():
-        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
-    return ex
+def cpu(native_cpu: hg.Executor) -> hg.Executor:
+    return native_cpu
 
 
 def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str = "f64",

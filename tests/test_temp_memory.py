@@ -31,11 +31,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 @pytest.fixture(scope="module")
-def ex() -> hg.Executor:
-    ex = hg.default_executor("cpu")
-    if "C via" not in ex.backend.describe():
-        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
-    return ex
+def ex(native_cpu: hg.Executor) -> hg.Executor:
+    return native_cpu
 
 
 _FUNCTION = re.compile(r"^(?:static )?(?:inline )?void (\w+)\(([^)]*)\)\s*\{(.*?)^\}",

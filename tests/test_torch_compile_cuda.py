@@ -13,19 +13,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from hologram.backends import registry  # noqa: E402
-from hologram.backends.cuda_device import DEVICE_ENV  # noqa: E402
 from hologram_torch import compile_backend as cb  # noqa: E402
+
+from .cuda_env import use_emulated  # noqa: E402
 
 ATOL, RTOL = 2e-5, 1e-4
 
 
 @pytest.fixture
 def bench(monkeypatch):
-    monkeypatch.setenv(DEVICE_ENV, "emulated")
-    reason = registry.why_unavailable("cuda")
-    if reason is not None:
-        pytest.skip(f"emulated cuda unavailable: {reason}")
+    use_emulated(monkeypatch)
     path = Path(__file__).parents[1] / "benchmarks" / "bench_torch_train.py"
     spec = importlib.util.spec_from_file_location("bench_torch_train", path)
     mod = importlib.util.module_from_spec(spec)
