@@ -215,3 +215,76 @@ def test_a_fork_during_a_build_leaves_the_child_unlocked(tmp_path):
         child.join(30)
     finally:
         held.release()
+
+
+def _blocked_finish(monkeypatch: pytest.MonkeyPatch, cpu: hg.Executor):
+    """Hold every native build of ``cpu``'s backend until the returned event is set."""
+    import threading
+
+    gate = threading.Event()
+    started = threading.Event()
+    finish = type(cpu.backend)._finish
+
+    def held(self, *a, **k):
+        started.set()
+        assert gate.wait(60), "the test never released the build"
+        return finish(self, *a, **k)
+
+    monkeypatch.setattr(type(cpu.backend), "_finish", held)
+    return gate, started
+
+
+def test_compile_in_background_returns_before_the_native_build(cpu, monkeypatch):
+    p = b.program(lambda x: ((x.exp() * 2.0) + 0.375).tanh(), [("f32", (32, 32))])
+    gate, started = _blocked_finish(monkeypatch, cpu)
+    fut = cpu.compile_in_background(p)
+    assert started.wait(30) and not fut.done()  # scheduled; its build is held
+    gate.set()
+    compiled = fut.result(60)
+    assert cpu.compile(p) is compiled  # kept by the executor
+    _run(cpu, p, _inputs(32)[:1])
+
+
+def test_compile_in_background_carries_the_error(cpu, monkeypatch):
+    p = b.program(lambda x: (x + 3.25).sqrt(), [("f32", (8,))])
+
+    def broken(self, *a, **k):
+        raise CompileError("the C compiler failed", log="kernel.c:1: error")
+
+    monkeypatch.setattr(type(cpu.backend), "_finish", broken)
+    with pytest.raises(CompileError):
+        cpu.compile_in_background(p).result(60)
+
+
+def test_torch_plan_is_ready_before_its_programs_build(cpu, monkeypatch):
+    """torch.compile's graph compiler returns while the C compiler runs; the first
+    call waits for it (and the result is right)."""
+    torch = pytest.importorskip("torch")
+    gate, started = _blocked_finish(monkeypatch, cpu)
+    fn = torch.compile(lambda a: torch.tanh(a * 3.0 - 0.25).sum(1), backend="hologram",
+                       options={"executor": cpu})
+    a = torch.randn(5, 7)
+    import threading
+
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(fn(a)))
+    t.start()
+    assert started.wait(60)  # the plan exists; its native build is held
+    t.join(0.5)
+    assert t.is_alive() and not out  # the first call waits for the build
+    gate.set()
+    t.join(120)
+    torch.testing.assert_close(out[0], torch.tanh(a * 3.0 - 0.25).sum(1))
+
+
+def test_a_failed_background_build_raises_at_the_first_call(cpu, monkeypatch):
+    torch = pytest.importorskip("torch")
+
+    def broken(self, *a, **k):
+        raise CompileError("the C compiler failed", log="kernel.c:1: error")
+
+    monkeypatch.setattr(type(cpu.backend), "_finish", broken)
+    fn = torch.compile(lambda a: torch.sinh(a * 1.5 + 0.125), backend="hologram",
+                       options={"executor": cpu})
+    with pytest.raises(CompileError, match="C compiler failed"):
+        fn(torch.randn(6))

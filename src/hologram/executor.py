@@ -15,6 +15,7 @@ import math
 import threading
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -237,6 +238,36 @@ class Executor:
                     k = self.backend.compile(program)
                     self._kernels[key] = k
         return k
+
+    def compile_in_background(self, program: Program) -> Future:
+        """Start compiling ``program``: the backend's Python work now, on this thread
+        (:meth:`Backend.prepare`), its native build on a daemon thread. The future
+        holds what :meth:`compile` returns (kept, so a later :meth:`compile` finds it)
+        or the compile's error. For callers with Python work of their own to do
+        meanwhile: the torch.compile backend, while AOT autograd finishes a graph."""
+        self._check_open()
+        done: Future = Future()
+        key = program.hash
+        k = self._kernels.get(key)
+        if k is not None:
+            done.set_result(k)
+            return done
+        try:
+            finish = self.backend.prepare(program)
+        except BaseException as e:
+            done.set_exception(e)
+            return done
+
+        def build() -> None:
+            try:
+                built = finish()
+                with self._lock:
+                    done.set_result(self._kernels.setdefault(key, built))
+            except BaseException as e:  # raised where the caller waits for it
+                done.set_exception(e)
+
+        threading.Thread(target=build, name="hologram-compile", daemon=True).start()
+        return done
 
     def run(self, program: Program, inputs: Sequence[Buffer], outputs: Sequence[Buffer]) -> None:
         """Run ``program`` reading ``inputs`` and writing ``outputs`` in place.

@@ -224,13 +224,22 @@ class GraphSummary:
     kind: str
     aten_nodes: int
     aten_compute_nodes: int  # ATen nodes that are not views: eager launches work for these
-    regions: list[RegionSummary]
     torch_ops: list[tuple[str, str]]  # (op, reason), one per node that ran in PyTorch
     executor: str
     # The call that built this plan ran the whole graph in PyTorch: under dynamic shapes
     # a new shape signature is run eagerly once to record its shapes, and the programs
     # above run from the next call with those shapes.
     ran_in_pytorch: bool = False
+    # The regions' summaries read their compiled programs, which build in the
+    # background (_Plan._resolve): made on first read, waiting for the builds.
+    summarize_regions: Callable[[], list[RegionSummary]] = field(default=list, repr=False)
+    _regions: list[RegionSummary] | None = field(default=None, repr=False)
+
+    @property
+    def regions(self) -> list[RegionSummary]:
+        if self._regions is None:
+            self._regions = self.summarize_regions()
+        return self._regions
 
     @property
     def hologram_ops(self) -> Counter:
@@ -318,19 +327,41 @@ class _Plan:
         # inference graphs (keep_inference_input_mutations), e.g. an optimizer step's.
         self.updates: dict[torch.fx.Node, tuple[torch.fx.Node, torch.fx.Node]] = {}
         self._build(gm, infos)
+        self._gm = gm
+        # The programs' native builds run on other threads while AOT autograd and
+        # dynamo finish their own work after this plan (the C compiler on another
+        # core); the first call waits for them and makes the runners (_resolve).
+        self._compiling = [ex.compile_in_background(r.program) for r in self.regions]
+        self._resolve_lock = threading.Lock()
         # (runner, values dead after it) per step, paired once for the per-call loop.
-        runners = [self._make_runner(kind_, obj, gm) for kind_, obj in self.steps]
-        self._schedule = list(zip(runners, self._free_lists(), strict=True))
+        self._schedule: list[tuple[Callable[[dict[torch.fx.Node, Any]], None],
+                                   list[torch.fx.Node]]] | None = None
         self._read_outputs = _arg_reader(self.output_args)
         self.summary = GraphSummary(
             kind,
             sum(1 for n in gm.graph.nodes if isinstance(n.target, torch._ops.OpOverload)),
             sum(1 for n in gm.graph.nodes if isinstance(n.target, torch._ops.OpOverload)
                 and n.target.overloadpacket not in FREE_IN_EAGER),
-            [_summarize(r, ex) for r in self.regions],
             [(op_name(n.target), why) for n, why in self.torch_nodes],
             ex.backend_name,
+            summarize_regions=self._region_summaries,
         )
+
+    def _resolve(self) -> list[tuple[Callable[[dict[torch.fx.Node, Any]], None],
+                                     list[torch.fx.Node]]]:
+        """The per-call schedule, made once the background compiles have finished (a
+        compile's error is raised here, at the first call)."""
+        with self._resolve_lock:
+            if self._schedule is None:
+                for f in self._compiling:
+                    f.result()
+                runners = [self._make_runner(kind_, obj, self._gm) for kind_, obj in self.steps]
+                self._schedule = list(zip(runners, self._free_lists(), strict=True))
+            return self._schedule
+
+    def _region_summaries(self) -> list[RegionSummary]:
+        self._resolve()  # the runners decide which updates are written in place
+        return [_summarize(r, self.ex) for r in self.regions]
 
     # --- planning ------------------------------------------------------------------
     def _build(self, gm: torch.fx.GraphModule, infos: dict[torch.fx.Node, Any]) -> None:
@@ -605,9 +636,10 @@ class _Plan:
         return frees
 
     def run(self, args: list[Any]) -> Any:
+        schedule = self._schedule if self._schedule is not None else self._resolve()
         env: dict[torch.fx.Node, Any] = dict(zip(self.placeholders, args, strict=True))
         args.clear()  # boxed call: let inputs die when their last user has run
-        for runner, frees in self._schedule:
+        for runner, frees in schedule:
             runner(env)
             for n in frees:
                 env.pop(n, None)

@@ -27,6 +27,15 @@ class Backend(ABC):
     def compile(self, program: Program) -> Any:
         """Turn a verified program into a launchable object (cached by the caller)."""
 
+    def prepare(self, program: Program) -> Callable[[], Any]:
+        """Compile in two steps: the Python work (verify, canonicalize, schedule,
+        render) now, on the caller's thread; the returned call finishes (native build,
+        loading) and returns what :meth:`compile` would. A caller with work of its own
+        (AOT autograd after a graph is compiled) runs the second step on another
+        thread, so that a C compiler's seconds overlap Python work instead of
+        contending with it for the GIL. By default everything is in the second step."""
+        return lambda: self.compile(program)
+
     @abstractmethod
     def launch(
         self,

@@ -219,9 +219,12 @@ class CPUBackend(Backend):
             prewarm.start(self.cc, attention)
 
     def compile(self, program: Program) -> Any:
+        return self.prepare(program)()
+
+    def prepare(self, program: Program) -> Callable[[], Any]:
         program.verify()
         if self._fallback is not None:
-            return self._fallback.compile(program)
+            return lambda: self._fallback.compile(program)  # type: ignore[union-attr]
         from ..compiler.cc import C_PRELUDE
 
         canon, rules, before = canonical_form(program)
@@ -261,6 +264,13 @@ class CPUBackend(Backend):
         names = {i: (s.name if isinstance(s, named) else gemm_step_name(i))
                  for i, s in enumerate(low.schedule.steps)
                  if (isinstance(s, named) or i in gemms) and i not in fused}
+        return lambda: self._finish(program, canon, before, rules, low, names, gemms, fused,
+                                    gemm_rt)
+
+    def _finish(self, program: Program, canon: Program, before: int, rules: Any,
+                low: Lowered, names: dict[int, str], gemms: dict[int, GemmDesc],
+                fused: set[int], gemm_rt: Any) -> CompiledProgram:
+        """The native half of a compile: build and load the program's library."""
         lib = self.cc.compile(low.source, {"program": canon.hash}) if names else None
         if gemms:
             bind = lib.hg_bind_gemm
