@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -606,6 +606,21 @@ class CRenderer(IndexKernels):
         return self.accumulator_type(d)
 
     # --- kernels ------------------------------------------------------------------------------
+    def _computed_here(self, k: KernelPlan) -> Iterator[Value]:
+        """The values kernel ``k`` computes itself: its sinks' expressions down to what
+        other steps stored (read from memory here). Not the whole upstream graph: a
+        late kernel of a big program would walk every layer before it."""
+        buffers = self.sched.buffers
+        stack = [s for s, _ in k.all_sinks]
+        seen = {id(s) for s in stack}
+        while stack:
+            v = stack.pop()
+            yield v
+            for src in v.srcs:
+                if id(src) not in seen and id(src) not in buffers:
+                    seen.add(id(src))
+                    stack.append(src)
+
     def kernel(self, k: KernelPlan) -> str:
         self.pointers: dict[tuple, str] = {}
         self.pointer_decls: list[str] = []
@@ -615,7 +630,7 @@ class CRenderer(IndexKernels):
         self.team_phases: list[tuple[str, list[str]]] = []  # see team_phase()
         self.kernel_name = k.name
         v, _ = k.sinks[0]
-        heavy = any(x.op in MATH_OPS for s, _ in k.all_sinks for x in s.walk())
+        heavy = any(x.op in MATH_OPS for x in self._computed_here(k))
         self.parallel_min_work = PARALLEL_MIN_WORK_MATH if heavy else PARALLEL_MIN_WORK
         # The sink is computed here, unless a load, a GEMM result or an attention part (a
         # copy kernel: their steps wrote the value).
