@@ -51,9 +51,9 @@ def executors():
 BACKENDS = ["reference", "cpu", "cuda", "webgpu"]
 
 
-def _executor(executors, backend: str, d: DType) -> hg.Executor:
-    """The backend's executor, or a skip where it is absent; on webgpu, dtypes WGSL
-    cannot store are checked to be refused (and then the test ends)."""
+def _executor(executors, backend: str, d: DType) -> hg.Executor | None:
+    """The backend's executor (a skip where it is absent); None on webgpu for a dtype WGSL
+    cannot store, after checking that allocating it raises a DTypeError naming it."""
     if backend not in executors:
         pytest.skip(f"{backend} unavailable")
     ex = executors[backend]
@@ -62,7 +62,7 @@ def _executor(executors, backend: str, d: DType) -> hg.Executor:
         if not stores:
             with pytest.raises(DTypeError, match=d.name):
                 ex.allocate(4, d.name)
-            pytest.skip(f"webgpu refuses {d} buffers (checked)")
+            return None
     return ex
 
 
@@ -91,6 +91,8 @@ def _values(d: DType, n: int, seed: int) -> np.ndarray:
 def test_round_trips_keep_every_bit(executors, backend, name):
     d = hg.isa.dtypes.to_dtype(name)
     ex = _executor(executors, backend, d)
+    if ex is None:
+        return
     x = _values(d, 37, zlib.crc32(name.encode())).reshape(37)
     buf = ex.allocate((37,), name)
     assert buf.isa_dtype is d and buf.dtype == d.np_dtype and buf.nbytes == 37 * d.itemsize
@@ -135,6 +137,8 @@ def _program(d: DType):
 def test_a_program_over_buffers_of_each_dtype(executors, backend, name):
     d = hg.isa.dtypes.to_dtype(name)
     ex = _executor(executors, backend, d)
+    if ex is None:
+        return
     p = _program(d)
     if backend == "webgpu" and any(od.name not in WGSL_STORES for od, _ in p.output_specs):
         p = b.program(lambda x, y: x * y + x, [(name, (5, 7))] * 2)  # i32/u32: no f64 out
