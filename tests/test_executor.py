@@ -55,8 +55,9 @@ def test_allocate_shapes_and_dtypes(ex):
         ex.allocate(-1)
     with pytest.raises(TypeError, match="size_or_shape"):
         ex.allocate(2.5)
+    assert ex.allocate(4, dtype=np.int8).dtype == np.int8  # every ISA dtype (issue 18)
     with pytest.raises(DTypeError, match="dtype"):
-        ex.allocate(4, dtype=np.int8)
+        ex.allocate(4, dtype=np.complex64)
 
 
 def test_to_numpy_is_a_view_and_from_numpy_copies_in(ex):

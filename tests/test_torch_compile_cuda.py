@@ -9,6 +9,7 @@ import copy
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -133,3 +134,103 @@ def test_compiled_graphs_launch_on_the_stream_torch_names(bench, monkeypatch):
     handles = {getattr(s, "handle", None) for s in log.streams("launch")}
     handles |= {getattr(s, "handle", None) for s in log.streams("gemm_strided_batched")}
     assert handles == {0xC0FFEE}
+
+
+# --- CUDA tensors through the region runner, without host copies ------------------------
+class FakeTorchCuda:
+    """What the runner sees of a ``torch.cuda`` tensor, over host memory (the emulated
+    device's addresses are host addresses): kDLCUDA DLPack capsules of ``arr`` (NumPy's
+    own, their device rewritten, as test_cuda_memory.FakeCudaTensor), recording the
+    stream each export was handed. CPU PyTorch cannot make real CUDA tensors."""
+
+    is_cuda = True
+    requires_grad = False
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = np.ascontiguousarray(arr)
+        self.device = torch.device("cuda", 0)
+        self.dtype = torch.from_numpy(self.arr[:0]).dtype
+        self.shape = torch.Size(self.arr.shape)
+        self.streams: list[object] = []
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        from hologram.backends.cuda_dlpack import DLManagedTensor, _capsule_get
+
+        self.streams.append(stream)
+        cap = self.arr.__dlpack__()
+        m = DLManagedTensor.from_address(_capsule_get(cap, b"dltensor"))
+        m.dl_tensor.device.device_type, m.dl_tensor.device.device_id = 2, 0
+        return cap
+
+
+def test_cuda_tensors_run_through_the_region_runner_without_host_copies(monkeypatch):
+    """A graph planned over CUDA tensors (its traced devices 'cuda') runs in hologram:
+    each input is read in place through DLPack (the kernel's operand is the tensor's own
+    address), each output comes from PyTorch's allocator (cuda_tensors.empty, a stand-in
+    here) and is written in place, nothing is copied between host and device, every
+    launch goes on PyTorch's current stream, and the results are eager's."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from hologram import Executor
+    from hologram_torch import cuda_tensors
+    from hologram_torch.fx_info import TInfo
+
+    from .test_cuda_memory import StreamLog
+
+    use_emulated(monkeypatch)
+
+    def fn(x, w, b):
+        return torch.nn.functional.gelu(x @ w + b), (x * 2.0).sum(1)
+
+    rng = np.random.default_rng(4)
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((6, 16), (16, 8), (8,)))
+    want = [t.numpy() for t in fn(*map(torch.from_numpy, (x, w, b)))]
+    gm = make_fx(fn)(*map(torch.from_numpy, (x, w, b)))
+    infos = {n: dataclasses.replace(i, device="cuda") if isinstance(i, TInfo) else i
+             for n, i in cb._infos_from_meta(gm).items()}
+    with Executor("cuda") as ex:
+        monkeypatch.setattr(ex._device, "dlpack_device", (2, 0))  # as a GPU's memory says
+        plan = cb._Plan(gm, infos, ex, "inference", None, False)
+        assert plan.torch_nodes == [] and len(plan.regions) == 1
+        made: list[FakeTorchCuda] = []
+
+        def empty(shape, dtype, device):
+            assert device == torch.device("cuda", 0)
+            made.append(FakeTorchCuda(np.full(shape, np.nan, np.float32)))
+            return made[-1]
+
+        seen: list[tuple[int, int]] = []
+        real = cuda_tensors.device_array
+
+        def device_array(t, *args, **kw):
+            a = real(t, *args, **kw)
+            seen.append((a.handle.ptr + a.offset, t.arr.ctypes.data))
+            return a
+
+        monkeypatch.setattr(cuda_tensors, "empty", empty)
+        monkeypatch.setattr(cuda_tensors, "device_array", device_array)
+        monkeypatch.setattr(torch.cuda, "current_stream",
+                            lambda device: SimpleNamespace(cuda_stream=0xBEEF))
+        ins = [FakeTorchCuda(a) for a in (x, w, b)]
+        ex.synchronize()
+        log = StreamLog(monkeypatch, ex.backend.device)
+        out = plan.run(list(ins))
+        ex.synchronize()
+    assert [type(o) for o in out] == [FakeTorchCuda] * 2 and list(out) == made
+    for o, wnt in zip(out, want, strict=True):
+        np.testing.assert_allclose(o.arr, wnt, rtol=1e-5, atol=1e-5)
+    assert len(seen) == 5 and all(p == q for p, q in seen), seen  # no copy, either way
+    assert not log.streams("copy_h2d") and not log.streams("copy_d2h")
+    assert log.streams("launch") and all(getattr(s, "handle", None) == 0xBEEF
+                                         for s in log.streams("launch")
+                                         + log.streams("gemm_strided_batched"))
+    assert all(t.streams == [0xBEEF] for t in ins + made)  # the producer's order first

@@ -32,7 +32,7 @@ from .errors import (
     OutOfMemoryError,
     ShapeError,
 )
-from .isa.dtypes import SUPPORTED, DType, to_dtype
+from .isa.dtypes import DType, numpy_dtype, to_dtype
 from .isa.opcodes import ELEMENTWISE, group
 from .isa.program import Program
 from .memory import DeviceArray, DeviceMemory, MemoryManager, aligned_empty, device_allocator
@@ -345,10 +345,12 @@ class Executor:
         return self.backend.use_stream(handle)
 
     def _dtype(self, dtype: Any) -> DType:
+        """Every dtype of the ISA's table, where NumPy has it (bf16 needs ml_dtypes) and
+        the backend can store it (``Backend.check_buffer_dtype``: WGSL has no f64, i64,
+        8- or 16-bit integers)."""
         d = to_dtype(dtype)
-        if d not in SUPPORTED:
-            names = ", ".join(sorted(x.name for x in SUPPORTED))
-            raise DTypeError(f"dtype: {d} is not supported by executors yet (supported: {names})")
+        numpy_dtype(d)
+        self.backend.check_buffer_dtype(d)
         return d
 
 

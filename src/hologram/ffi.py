@@ -177,19 +177,24 @@ def _register_buffer(exec_h: int, buf: Buffer) -> int:
     return h
 
 
-def executor_allocate_buffer(exec_handle: int, size: int) -> int:
-    """A new buffer of ``size`` float32 elements (contents undefined); returns its handle."""
+def executor_allocate_buffer(exec_handle: int, size: int, dtype: str = "f32") -> int:
+    """A new buffer of ``size`` elements (contents undefined); returns its handle.
+
+    ``dtype``: float32 as the original had it, or any dtype of the ISA's table by name
+    ('f16', 'bf16', 'f64', 'i8' .. 'u64', 'bool'; bf16 needs ml_dtypes), where the
+    executor's backend can store it."""
     eh = _as_handle(exec_handle, "exec_handle")
-    buf = _executor(eh).allocate(_count(size, "size"), np.float32)
+    buf = _executor(eh).allocate(_count(size, "size"), dtype)
     return _register_buffer(eh, buf)
 
 
 def executor_allocate_boundary_buffer(exec_handle: int, class_index: int, width: int,
-                                      height: int) -> int:
-    """A float32 buffer in the boundary pool at Φ(class_index, 0, 0), ``width`` pages of
-    ``height`` bytes (width*height/4 elements); returns its handle."""
+                                      height: int, dtype: str = "f32") -> int:
+    """A buffer in the boundary pool at Φ(class_index, 0, 0), ``width`` pages of
+    ``height`` bytes (width*height/itemsize elements; float32 unless ``dtype`` says
+    otherwise); returns its handle."""
     eh = _as_handle(exec_handle, "exec_handle")
-    buf = _executor(eh).allocate_boundary(class_index, width, height, np.float32)
+    buf = _executor(eh).allocate_boundary(class_index, width, height, dtype)
     return _register_buffer(eh, buf)
 
 
@@ -206,7 +211,7 @@ def buffer_cleanup(buffer_handle: int) -> None:
 
 
 def buffer_length(buffer_handle: int) -> int:
-    """Number of float32 elements the buffer holds."""
+    """Number of elements the buffer holds."""
     h = _as_handle(buffer_handle, "buffer_handle")
     with _LOCK:
         entry = _BUFFERS.get(h)
@@ -251,6 +256,22 @@ def _json_values(json_str: Any) -> np.ndarray:
         raise ParseError(f"json_str: element {i} is too large for a float") from None
 
 
+def _whole_values(json_str: Any, buf: Buffer) -> np.ndarray:
+    """The JSON list (already checked to be numbers) as exact integers in the dtype of
+    the integer or bool buffer ``buf``; a fraction, NaN or out-of-range value raises
+    (float64 would round integers past 2**53, so they are read again as Python ints)."""
+    d = buf.isa_dtype
+    lo, hi = (0, 1) if d.kind == "b" else (int(np.iinfo(d.np_dtype).min),
+                                           int(np.iinfo(d.np_dtype).max))
+    data = json.loads(json_str)
+    for i, v in enumerate(data):
+        if not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())) \
+                or not lo <= int(v) <= hi:
+            raise ParseError(f"json_str: element {i} is {json.dumps(v)}, not a whole number "
+                             f"in [{lo}, {hi}] (the buffer is {d})")
+    return np.array([int(v) for v in data], dtype=d.np_dtype)
+
+
 def _fits_float(v: int | float) -> bool:
     try:
         float(v)
@@ -260,13 +281,16 @@ def _fits_float(v: int | float) -> bool:
 
 
 def buffer_copy_from_slice(exec_handle: int, buffer_handle: int, json_str: str) -> None:
-    """Write the numbers of a JSON list to the start of the buffer (as float32).
+    """Write the numbers of a JSON list to the start of the buffer (in its dtype).
 
     The list may be shorter than the buffer (the rest is left as it is), not longer.
-    Values beyond float32's range become ±inf, as a float32 cast does.
+    Values beyond a float buffer's range become ±inf, as a float cast does; an integer
+    or bool buffer takes only whole numbers in its range (ParseError otherwise).
     """
     _, (buf,) = _resolve(exec_handle, (buffer_handle, "buffer_handle"))
     values = _json_values(json_str)
+    if not buf.isa_dtype.is_float:
+        values = _whole_values(json_str, buf)
     if values.size > buf.size:
         raise ShapeError(
             f"json_str: has {values.size} values, buffer handle {buffer_handle} holds "
@@ -280,7 +304,7 @@ def _write_prefix(buf: Buffer, values: np.ndarray) -> None:
 
     Goes through Buffer's own methods rather than a view of its memory, so it works
     on any backend's buffers; a partial write reads the buffer once to keep the tail.
-    Values beyond float32's range become ±inf (a float32 cast), without a warning.
+    Values beyond a float dtype's range become ±inf (a float cast), without a warning.
     """
     if values.size != buf.size:
         full = buf.to_numpy().reshape(-1).copy()
@@ -294,16 +318,22 @@ def _write_prefix(buf: Buffer, values: np.ndarray) -> None:
 def buffer_to_vec(exec_handle: int, buffer_handle: int) -> str:
     """The buffer's elements as a JSON list.
 
-    Each float32 is written as the float64 of the same value, so ``json.loads`` and a
-    cast back to float32 restore it bit for bit; NaN and ±inf are written as NaN and
-    ±Infinity (Python's json reads them back).
+    Each float is written as the float64 of the same value, so ``json.loads`` and a
+    cast back to the buffer's dtype restore it bit for bit; NaN and ±inf are written as
+    NaN and ±Infinity (Python's json reads them back). Integers are written exactly,
+    bools as 0 and 1 (what ``buffer_copy_from_slice`` takes back).
     """
     _, (buf,) = _resolve(exec_handle, (buffer_handle, "buffer_handle"))
-    return json.dumps(buf.to_numpy().reshape(-1).tolist())
+    a = buf.to_numpy().reshape(-1)
+    d = buf.isa_dtype
+    # f16/bf16 (ml_dtypes' scalars are no JSON numbers) through float64; bool as 0/1
+    a = a.astype(np.float64) if d.is_float else a.astype(np.int64) if d.kind == "b" else a
+    return json.dumps(a.tolist())
 
 
 def buffer_copy_from_bytes(exec_handle: int, buffer_handle: int, data: Any) -> None:
-    """Write raw native-endian float32 bytes (bytes, bytearray, memoryview, a NumPy
+    """Write raw native-endian bytes of the buffer's dtype (float32 unless allocated
+    otherwise: bytes, bytearray, memoryview, a NumPy
     array's buffer) to the start of the buffer: the fast path the original added to
     avoid JSON. May be shorter than the buffer, not longer, and whole elements only."""
     _, (buf,) = _resolve(exec_handle, (buffer_handle, "buffer_handle"))
@@ -313,7 +343,8 @@ def buffer_copy_from_bytes(exec_handle: int, buffer_handle: int, data: Any) -> N
         raise ArgumentTypeError(f"data: expected bytes-like, got {type(data).__name__}") from None
     itemsize = buf.isa_dtype.itemsize
     if mv.nbytes % itemsize:
-        raise ShapeError(f"data: {mv.nbytes} bytes is not a whole number of float32 elements")
+        raise ShapeError(f"data: {mv.nbytes} bytes is not a whole number of "
+                         f"{buf.isa_dtype} elements ({itemsize} bytes each)")
     if mv.nbytes > buf.nbytes:
         raise ShapeError(
             f"data: has {mv.nbytes} bytes, buffer handle {buffer_handle} holds {buf.nbytes}"
@@ -322,8 +353,10 @@ def buffer_copy_from_bytes(exec_handle: int, buffer_handle: int, data: Any) -> N
 
 
 def buffer_to_bytes(exec_handle: int, buffer_handle: int) -> bytes:
-    """The buffer's elements as raw native-endian float32 bytes
-    (``np.frombuffer(b, np.float32)`` reads them)."""
+    """The buffer's elements as raw native-endian bytes of its dtype
+    (``np.frombuffer(b, np.float32)`` reads a float32 buffer's; a bf16 buffer's are the
+    upper halves of float32s: ``np.frombuffer(b, np.uint16).astype(np.uint32) << 16``
+    viewed as float32, or ``np.frombuffer(b, ml_dtypes.bfloat16)``)."""
     _, (buf,) = _resolve(exec_handle, (buffer_handle, "buffer_handle"))
     return buf.to_bytes()
 
@@ -343,7 +376,7 @@ def _address(buf: Buffer, what: str) -> int:
 
 
 def buffer_as_ptr(exec_handle: int, buffer_handle: int) -> int:
-    """The buffer's address, to read its float32 elements from native code: the host
+    """The buffer's address, to read its elements from native code: the host
     address on the CPU, the device pointer on CUDA.
 
     Lifetime: the address is valid until the buffer is freed (``buffer_cleanup``,

@@ -49,6 +49,7 @@ from hologram.isa.program import Program
 from hologram.isa.value import Value, contiguous_strides
 from hologram.memory.address import data_pointer
 
+from . import cuda_tensors
 from .direct_autograd import compile_training
 from .fx_info import (
     INT_DTYPES,
@@ -120,8 +121,9 @@ class _Input:
 class _Region:
     """A maximal run of translated nodes that becomes one Atlas ISA program."""
 
-    def __init__(self, number: int) -> None:
+    def __init__(self, number: int, devices: frozenset[str] = frozenset({"cpu"})) -> None:
         self.number = number
+        self.devices = devices  # where its input tensors may be (_Plan._build)
         self.nodes: list[torch.fx.Node] = []
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[_Input] = []
@@ -144,8 +146,9 @@ class _Region:
         v = self._by_node.get(node)
         if v is not None:
             return v
-        if info.device != "cpu":
-            raise Unsupported(f"input on device {info.device} (hologram runs on host memory)")
+        if info.device not in self.devices:
+            raise Unsupported(f"input on device {info.device} (this executor takes tensors "
+                              f"on {', '.join(sorted(self.devices))})")
         if info.dtype in ISA_FLOAT:
             spec = _Input(node, ISA_FLOAT[info.dtype], info.shape)
         elif info.dtype is torch.bool:
@@ -367,7 +370,13 @@ class _Plan:
     def _build(self, gm: torch.fx.GraphModule, infos: dict[torch.fx.Node, Any]) -> None:
         region_of: dict[torch.fx.Node, _Region] = {}
         open_region: _Region | None = None
-        all_cpu = all(i.device == "cpu" for i in infos.values() if isinstance(i, TInfo))
+        # One device for every tensor of the graph: the CPU's (host arrays, any
+        # executor), or CUDA's with a cuda executor (cuda_tensors.py: shared through
+        # DLPack). A graph mixing them (a CPU scalar tensor beside CUDA ones) runs in
+        # PyTorch.
+        devices = frozenset(i.device for i in infos.values() if isinstance(i, TInfo))
+        takes = frozenset({"cuda"} if self.ex.backend.device_type == "cuda" else ()) | {"cpu"}
+        all_cpu = len(devices) <= 1 and devices <= takes
 
         def flush() -> None:
             nonlocal open_region
@@ -422,11 +431,11 @@ class _Plan:
                 to_torch(node, reason)
                 continue
             if not all_cpu:
-                to_torch(node, "graph tensors are not on the CPU (hologram_torch's compile "
-                               "backend runs on host memory)")
+                to_torch(node, f"graph tensors are on {', '.join(sorted(devices))}; this "
+                               f"executor takes tensors on one of {', '.join(sorted(takes))}")
                 continue
             if open_region is None:
-                open_region = _Region(len(self.regions))
+                open_region = _Region(len(self.regions), devices or frozenset({"cpu"}))
             try:
                 self._translate(node, row, infos, open_region, region_of)
             except Unsupported as e:
@@ -929,6 +938,7 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
     plain = [(k, n, td, carrier) for k, (n, _, td, carrier) in enumerate(outs)
              if k not in r.layouts]
     nones = list(r.none_outputs)
+    out_isa = [d for d, _ in program.output_specs]  # the carriers' ISA dtypes
     # A cuda executor launches on PyTorch's current stream when the tensors are CUDA
     # tensors (streams.py); host backends have no streams.
     on_cuda = ex.backend.device_type == "cuda"
@@ -990,17 +1000,32 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
                 return t
         return torch.empty(shape, dtype=carrier)
 
+    def launch_on_device(env: dict[torch.fx.Node, Any], results: list[Any]) -> None:
+        """CUDA tensors (cuda_tensors.py): inputs and outputs shared with the kernels
+        through DLPack, nothing staged through the host."""
+        arrays = [cuda_tensors.device_array(env[s.node], ex, s.shape, s.isa, s.order,
+                                            s.convert) for s in in_specs]
+        windows = [cuda_tensors.device_array(t, ex, shape, isa)
+                   for t, (_, shape, _, _), isa in zip(results, outs, out_isa, strict=True)]
+        ex.backend.launch(compiled, arrays, windows)
+
     def run(env: dict[torch.fx.Node, Any]) -> None:
         for n in nones:
             env[n] = None
-        if into:
+        device = cuda_tensors.cuda_device(env[s.node] for s in in_specs) if on_cuda else None
+        if device is not None:  # written by the kernels through DLPack, never in place
+            results = [cuda_tensors.empty(shape, carrier, device)
+                       for _, shape, _, carrier in outs]
+        elif into:
             results = [result(env, k, shape, carrier)
                        for k, (_, shape, _, carrier) in enumerate(outs)]
         else:
             results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
         stream = launch_stream(env[s.node] for s in in_specs) if on_cuda else None
         with ex.use_stream(stream):
-            if guard is None:
+            if device is not None:
+                launch_on_device(env, results)
+            elif guard is None:
                 launch(env, results)
             else:
                 with guard:

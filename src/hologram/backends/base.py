@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..isa.dtypes import DType
 from ..isa.program import Program
 
 
@@ -49,6 +50,11 @@ class Backend(ABC):
         ``arena`` is the executor's boundary pool, which Φ-addressed LDG/STG read
         and write. Inputs and outputs already have the program's dtypes and shapes.
         """
+
+    def check_buffer_dtype(self, dtype: DType) -> None:  # noqa: B027 - hosts store all
+        """Raise DTypeError if this backend's memory cannot hold elements of ``dtype``
+        (checked when an executor allocates or wraps a buffer). Host memory and CUDA
+        device memory hold every dtype of the table; WGSL storage does not."""
 
     def bind(self, compiled: Any, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
              arena: np.ndarray | None = None) -> Any:

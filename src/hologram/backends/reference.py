@@ -221,7 +221,7 @@ def _scan(v: Value, x: np.ndarray) -> np.ndarray:
     """Sequential inclusive prefix (NumPy's accumulate is a left fold); floats narrower
     than f64 accumulate in f64, as the CPU kernels (and ATen's CPU cumsum) do."""
     fn = np.cumsum if v.op is Op.CUMSUM else np.cumprod
-    wide = np.float64 if x.dtype.kind == "f" else x.dtype
+    wide = np.float64 if v.dtype.is_float else x.dtype  # (ml_dtypes' bf16 is kind 'V')
     return fn(x, axis=v.attr("axis"), dtype=wide).astype(x.dtype)
 
 
@@ -235,7 +235,7 @@ def _argsort(v: Value, x: np.ndarray) -> np.ndarray:
         r = np.argsort(x, axis=axis, kind="stable")
     else:
         y = np.moveaxis(x, axis, -1)
-        if y.dtype.kind == "f":
+        if v.srcs[0].dtype.is_float:  # the ISA's kind: ml_dtypes' bf16 is NumPy kind 'V'
             nan = np.isnan(y)
             keys = (np.where(nan, 0, -y), ~nan)
         else:

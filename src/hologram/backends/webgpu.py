@@ -46,6 +46,7 @@ from ..compiler.lower import Lowered, compute_instructions, lower, unfused_launc
 from ..compiler.render_wgsl import MAX_GROUPS, WGSLProgram, render_wgsl, wgsl_type
 from ..compiler.schedule import GemmPlan, KernelPlan
 from ..errors import BackendUnavailableError, DTypeError, HologramError, ShapeError
+from ..isa.dtypes import DType
 from ..isa.program import Program
 from ..memory.device import DeviceArray
 from .base import Backend
@@ -295,12 +296,17 @@ class WebGPUProgram:
         return self.wgsl.source
 
 
+def _check_dtype(d: DType, backend: str, f16: bool) -> None:
+    """DTypeError unless WGSL on this adapter has ``d`` (no f64, i64, bf16, 8- or 16-bit
+    integers; f16 only with 'shader-f16')."""
+    if wgsl_type(d, backend) == "f16" and not f16:
+        raise DTypeError(f"f16: the {backend} backend needs the adapter feature "
+                         "'shader-f16', which this adapter lacks")
+
+
 def _check_dtypes(program: Program, backend: str, f16: bool) -> None:
-    for v in program.instructions:
-        t = wgsl_type(v.dtype, backend)  # DTypeError for f64, i64, bf16
-        if t == "f16" and not f16:
-            raise DTypeError(f"f16: the {backend} backend needs the adapter feature "
-                             "'shader-f16', which this adapter lacks")
+    for d in {v.dtype for v in program.instructions}:
+        _check_dtype(d, backend, f16)
 
 
 class WebGPUBackend(Backend):
@@ -316,6 +322,13 @@ class WebGPUBackend(Backend):
         i = self.dev.info
         return (f"{self.name} ({i.get('device') or i.get('vendor')}, "
                 f"{i.get('backend_type')}, {i.get('adapter_type', '?').lower()} adapter)")
+
+    def check_buffer_dtype(self, dtype: DType) -> None:
+        if dtype.kind == "b":  # programs compute bool, but a buffer of it cannot bind
+            raise DTypeError(f"bool: the {self.name} backend cannot keep bool buffers (WGSL "
+                             "storage has no 1-byte bool; store u8 on the cpu or cuda "
+                             "backend, or cast to i32 or u32 first)")
+        _check_dtype(dtype, self.name, self.dev.f16)
 
     # --- compile ------------------------------------------------------------------------
     def compile(self, program: Program) -> WebGPUProgram:
@@ -497,7 +510,7 @@ class _Launch:
         self.memory: WebGPUMemory = dev.memory
         self.encoder = dev.device.create_command_encoder()
         self.borrowed: list[Any] = []
-        self.copy_back: list[tuple[Any, DeviceArray]] = []
+        self.copy_back: list[tuple[Any, DeviceArray, int]] = []  # (temp, window, bytes)
         self.reads: list[tuple[Any, np.ndarray]] = []
 
     def temp(self, nbytes: int) -> tuple[Any, int, int]:
@@ -528,6 +541,11 @@ class _Launch:
         n = a.nbytes
         if not n:
             return self.temp(0)
+        if n % 4 and a.offset + n + (-n % 4) <= a.handle.size:
+            # an odd number of f16 elements: the binding takes the word they end in (a
+            # pool block's padding, never another buffer's bytes: blocks are 64-byte
+            # aligned); kernels index only the operand's own elements
+            n += -n % 4
         if a.offset % 4 or n % 4:
             raise ShapeError(f"a device operand of {n} bytes at byte {a.offset} is not "
                              "4-byte aligned (WebGPU binds whole 4-byte words)")
@@ -539,15 +557,15 @@ class _Launch:
             self.memory.encode_copy(self.encoder, a.handle, a.offset, bound[0], 0, n,
                                     self.borrowed)
         if write:
-            self.copy_back.append((bound[0], a))
+            self.copy_back.append((bound[0], a, n))
         return bound
 
     def finish(self) -> None:
         """Copy device outputs back from temporaries, submit, and read NumPy outputs back
         through one mapped staging buffer (the only wait)."""
         dev, encoder = self.dev, self.encoder
-        for buf, a in self.copy_back:
-            encoder.copy_buffer_to_buffer(buf, 0, a.handle, a.offset, a.nbytes)
+        for buf, a, n in self.copy_back:
+            encoder.copy_buffer_to_buffer(buf, 0, a.handle, a.offset, n)
         if not self.reads:
             dev.queue.submit([encoder.finish()])
             dev.pending = True

@@ -24,6 +24,7 @@ from . import attention, blas, shared_bodies, special_math
 from .blas import GEMM_DESC_C
 from .cc import PART_MARK
 from .gemm_layout import GemmDesc
+from .half_floats import HalfFloats, HalfType
 from .lower import packed_ref
 from .render_index import INDEX_FAIL_C, IndexKernels
 from .schedule import AttentionPlan, BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule
@@ -745,7 +746,8 @@ class CRenderer(IndexKernels):
         return text
 
     def stores(self, k: KernelPlan, x: Expr, off: Expr) -> list[str]:
-        return [f"{self.ptr(dst)}[{off.code}] = {x.code};" for _, dst in k.sinks]
+        return [f"{self.ptr(dst)}[{off.code}] = {self.store_value(dst.dtype, x.code)};"
+                for _, dst in k.sinks]
 
     def is_flat(self, c: Value) -> bool:
         """Element-wise over same-shaped contiguous data: one loop over a flat index."""
@@ -1203,6 +1205,48 @@ def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
     return depends.get(id(v), False)
 
 
+#: bf16 on the CPU: GCC before 13 has no ``__bf16`` on x86 and no compiler computes in
+#: it, so a bf16 element is its 16 bits in a struct (a load or store the renderer did not
+#: convert cannot compile) and converts to float exactly (the bits are the top half of
+#: the float's) and back to nearest even. From f64 it rounds once: to float rounding to
+#: odd (toward zero, the last bit set if inexact), then to bf16, which is the one
+#: rounding f64 -> bf16 because float keeps more than two bits beyond bf16's.
+BF16_C = r"""
+typedef struct { uint16_t bits; } hg_bf16;
+static inline float hg_bf16_to_f32(hg_bf16 h) {
+  union { uint32_t u; float f; } c; c.u = (uint32_t)h.bits << 16; return c.f; }
+static inline hg_bf16 hg_bf16_of_f32(float f) {
+  union { float f; uint32_t u; } c; c.f = f; hg_bf16 h;
+  if ((c.u & 0x7fffffffu) > 0x7f800000u) { h.bits = (uint16_t)((c.u >> 16) | 0x40u); return h; }
+  c.u += 0x7fffu + ((c.u >> 16) & 1u); h.bits = (uint16_t)(c.u >> 16); return h; }
+static inline hg_bf16 hg_bf16_of_f64(double d) {
+  union { float f; uint32_t u; } c; c.f = (float)d;
+  if (d == d && (double)c.f != d) { if (fabs((double)c.f) > fabs(d)) c.u -= 1u; c.u |= 1u; }
+  return hg_bf16_of_f32(c.f); }
+#define hg_rn_bf16(x) _Generic((x), double: hg_bf16_to_f32(hg_bf16_of_f64(x)), \
+                               default: hg_bf16_to_f32(hg_bf16_of_f32(x)))
+""".strip()
+
+#: f16 on the CPU: GCC's ``_Float16`` (x86-64 and AArch64) as the storage only; its
+#: conversions from float and from double each round once, to nearest even.
+F16_C = "#define hg_rn_f16(x) ((float)(_Float16)(x))"
+
+#: dtype -> its C spelling on the CPU (compiler/half_floats.py says how it computes).
+C_HALF: dict[str, HalfType] = {
+    "f16": HalfType("_Float16", "hg_rn_f16", "((float){0})", "((_Float16)({0}))", F16_C),
+    "bf16": HalfType("hg_bf16", "hg_rn_bf16", "hg_bf16_to_f32({0})", "hg_bf16_of_f32({0})",
+                     BF16_C),
+}
+
+
+class CPURenderer(HalfFloats, CRenderer):
+    """The CPU's C: CRenderer with f16 and bf16 computed in float and rounded per
+    instruction, as the reference interpreter and the CUDA backend compute them."""
+
+    HALF = C_HALF
+    suffix: ClassVar[dict[str, str]] = {"f32": "f", "f64": "", "f16": "f", "bf16": "f"}
+
+
 def epilogue_name(gemm_name: str) -> str:
     return f"{gemm_name}_epilogue"
 
@@ -1217,7 +1261,7 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
     gemms = gemms if gemms is not None else {}
     fused = fused if fused is not None else set()
     fused.clear()
-    r = CRenderer(sched, slots)
+    r = CPURenderer(sched, slots)
     parts = [prelude]
     if gemms:
         parts += [GEMM_DESC_C.strip(), GEMM_BINDING]
@@ -1269,6 +1313,7 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
     if r.specials:
         parts.insert(1, special_math.c_source(r.specials))
     parts[1:1] = list(r.sort_helpers.values())
+    parts[1:1] = r.half_preludes()  # before anything that spells their types
     texts = shared_bodies.share(units)  # a model's repeated layers compile once
     if len(names) + len(fused) == len(steps) and len(names) > 1:
         texts.append("".join(f"void {n}(void **B);\n" for n in names)

@@ -9,17 +9,12 @@ epilogue and the prelude differ from the C dialect.
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass
 from typing import ClassVar
-
-import numpy as np
 
 from ..isa.dtypes import DType
 from ..isa.opcodes import Op
-from ..isa.value import Value
 from . import attention_gpu, special_math
+from .half_floats import HalfFloats, HalfType
 from .render_c import KernelPlan
 from .render_gpu import GPURenderer
 from .schedule import AttentionPlan, BufRef, Schedule
@@ -83,53 +78,31 @@ __device__ __noinline__ int64_t hg_index_fail(int64_t site, int64_t bad, int64_t
 _FUNCTOR = {Op.RSUM: "HgSum", Op.RPROD: "HgProd", Op.RMAX: "HgMax", Op.RMIN: "HgMin"}
 
 
-@dataclass(frozen=True)
-class HalfType:
-    """How a 16-bit float dtype is spelled in CUDA C: stored as the CUDA headers' type,
-    computed in float, every instruction's result rounded to the dtype (``round``, to
-    nearest even), as NumPy computes float16 (each ufunc in float, rounded back)."""
-
-    storage: str  # the element type of buffers
-    header: str
-    round: str  # float or double -> the nearest value of the dtype, as a float
-    from_float: str
-    from_double: str
-    to_float: str
-
-    def prelude(self) -> str:
-        r, s = self.round, self.storage
-        return (f"#include <{self.header}>\n"
-                f"__device__ __forceinline__ float {r}(float x) {{ "
-                f"return {self.to_float}({self.from_float}(x)); }}\n"
-                f"__device__ __forceinline__ float {r}(double x) {{ "
-                f"return {self.to_float}({self.from_double}(x)); }}\n"
-                f"static_assert(sizeof({s}) == 2, \"{s} is two bytes\");")
+def _cuda_half(storage: str, header: str, rn: str, from_float: str, from_double: str,
+               to_float: str) -> HalfType:
+    """A 16-bit float as the CUDA headers spell it: their storage type converts to and
+    from float implicitly; ``rn`` rounds a float or a double once."""
+    prelude = (f"#include <{header}>\n"
+               f"__device__ __forceinline__ float {rn}(float x) {{ "
+               f"return {to_float}({from_float}(x)); }}\n"
+               f"__device__ __forceinline__ float {rn}(double x) {{ "
+               f"return {to_float}({from_double}(x)); }}\n"
+               f"static_assert(sizeof({storage}) == 2, \"{storage} is two bytes\");")
+    # a load reads the element as a float: the storage type mixed with float in ``?:``
+    # would be ambiguous
+    return HalfType(storage, rn, "((float){0})", "{0}", prelude)
 
 
-#: dtype -> its CUDA spelling (NVRTC knows neither _Float16 nor __bf16, the C renderer's).
+#: dtype -> its CUDA spelling (NVRTC knows neither _Float16 nor __bf16).
 HALF: dict[str, HalfType] = {
-    "f16": HalfType("__half", "cuda_fp16.h", "hg_rn_f16", "__float2half_rn", "__double2half",
-                    "__half2float"),
-    "bf16": HalfType("__nv_bfloat16", "cuda_bf16.h", "hg_rn_bf16", "__float2bfloat16_rn",
-                     "__double2bfloat16", "__bfloat162float"),
+    "f16": _cuda_half("__half", "cuda_fp16.h", "hg_rn_f16", "__float2half_rn",
+                      "__double2half", "__half2float"),
+    "bf16": _cuda_half("__nv_bfloat16", "cuda_bf16.h", "hg_rn_bf16", "__float2bfloat16_rn",
+                       "__double2bfloat16", "__bfloat162float"),
 }
 
 
-#: A load of one element of a 16-bit float buffer (``ptr()``'s names: p<slot>_<dtype>).
-_LOAD = re.compile(r"p\d+_b?f16(?:_\d+)?\[[^\[\]]*\]")
-#: Element-wise templates of 16-bit floats that round inside the instruction, as the
-#: ISA's meaning does: MAD is a product rounded to the dtype, then a sum ({R}: round).
-HALF_TEMPLATES = {Op.MAD: "({R}({0} * {1}) + {2})"}
-
-
-def _rounded(value: float, d: DType) -> float | None:
-    """``value`` rounded to ``d`` (None where NumPy has no such dtype here)."""
-    if d.np_dtype is None:
-        return None
-    return float(np.asarray(value, dtype=np.float64).astype(d.np_dtype))
-
-
-class CUDARenderer(GPURenderer):
+class CUDARenderer(HalfFloats, GPURenderer):
     """CUDA C for NVRTC. ``launch`` records how each kernel maps onto the grid."""
 
     LOOPS = {
@@ -141,6 +114,7 @@ class CUDARenderer(GPURenderer):
     FIRST_THREAD = "threadIdx.x == 0"
     max_slots = 64
     suffix: ClassVar[dict[str, str]] = {"f32": "f", "f64": "", "f16": "f", "bf16": "f"}
+    HALF = HALF
 
     def __init__(self, sched: Schedule, slots: dict[BufRef, int]) -> None:
         super().__init__(sched, slots)
@@ -148,73 +122,10 @@ class CUDARenderer(GPURenderer):
             raise ValueError(f"a CUDA program takes at most {self.max_slots} buffers")
         self.launch: dict[str, tuple[str, int]] = {}
         self._kernel = ""
-        self.halves: set[str] = set()  # 16-bit float dtypes the kernels use
-
-    def half(self, d: DType) -> HalfType | None:
-        """``d``'s CUDA spelling if it is a 16-bit float (its header is then included)."""
-        half = HALF.get(d.name)
-        if half is not None:
-            self.halves.add(d.name)
-        return half
+        self.halves: set[str] = set()  # 16-bit float dtypes the kernels use (HalfFloats)
 
     def ctype(self, d: DType) -> str:
-        if self.half(d) is not None:
-            return "float"
-        return "bool" if d.kind == "b" else d.ctype
-
-    def storage_type(self, d: DType) -> str:
-        half = self.half(d)
-        return self.ctype(d) if half is None else half.storage
-
-    def accumulator_type(self, d: DType) -> str:
-        return "float" if d.name in HALF else self.ctype(d)
-
-    def template(self, op: Op, d: DType) -> str:
-        half = self.half(d)
-        if half is not None and op in HALF_TEMPLATES:
-            return HALF_TEMPLATES[op].replace("{R}", half.round)
-        return super().template(op, d)
-
-    def combine_code(self, step: Op, a: str, b: str, d: DType) -> str:
-        """A scatter's update reads the element (``a``) as a float: the storage type
-        mixed with float in ``?:`` would be ambiguous."""
-        if self.half(d) is not None:
-            a = f"((float){a})"
-        return super().combine_code(step, a, b, d)
-
-    def declare(self, name: str, d: DType, code: str) -> str:
-        half = self.half(d)
-        if half is None:
-            return super().declare(name, d, code)
-        if _LOAD.fullmatch(code):  # a stored value is the dtype's already: no rounding
-            return f"float {name} = {code};"
-        return f"float {name} = {half.round}({code});"
-
-    def cast_code(self, v: Value, code: str) -> str:
-        half = self.half(v.dtype)
-        if half is None:
-            return super().cast_code(v, code)
-        if v.srcs[0].dtype.name in ("f32", *HALF):
-            return f"{half.round}((float)({code}))"
-        return f"{half.round}((double)({code}))"  # one rounding, from f64 or an integer
-
-    def narrow(self, code: str, wide: str, d: DType) -> str:
-        half = self.half(d)
-        return super().narrow(code, wide, d) if half is None else f"{half.round}({code})"
-
-    def literal(self, value: float | int | bool, d: DType) -> str:
-        if d.name not in HALF:
-            return super().literal(value, d)
-        v = float(value)
-        if math.isnan(v):
-            return "NAN"
-        rounded = _rounded(v, d)
-        if rounded is None and not math.isinf(v):  # no NumPy dtype to round with here:
-            return f"{self.half(d).round}({v.hex()})"  # round where it is used
-        rounded = v if rounded is None else rounded
-        if math.isinf(rounded):
-            return "(-INFINITY)" if rounded < 0 else "INFINITY"
-        return f"({rounded.hex()}f)"
+        return "bool" if d.kind == "b" else super().ctype(d)
 
     def slot_expr(self, ref: BufRef) -> str:
         return super().slot_expr(ref).replace("B[", "B.p[")
@@ -270,6 +181,5 @@ def render_cuda(sched: Schedule, slots: dict[BufRef, int]) -> tuple[str, dict]:
         parts.insert(1, CUDA_INDEX_FAIL)
     if r.specials:
         parts.insert(1, special_math.c_source(r.specials, device=True))
-    for name in sorted(r.halves, reverse=True):  # the headers first: they see no macros
-        parts.insert(0, HALF[name].prelude())
+    parts[0:0] = r.half_preludes()  # the headers first: they see no macros
     return "\n\n".join(parts) + "\n", r.launch

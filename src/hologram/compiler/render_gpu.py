@@ -87,7 +87,8 @@ class GPURenderer(CRenderer):
         at = self.offset(c.shape, self.with_axis(oidx, axis, rank))
         tail = [self.mutable(rank, self.COUNT_T, "0"),
                 *self.along(cols, cols, n, False, count, False),
-                *(f"{self.element(d, at.code)} = {self.convert(r, c.dtype)};"
+                *(f"{self.element(d, at.code)} = "
+                  f"{self.store_value(c.dtype, self.convert(r, c.dtype))};"
                   for _, d in k.sinks)]
         return self.along(rows, rows, n, False, tail, False)
 

@@ -191,7 +191,8 @@ class IndexKernels:
         x = self.emit(base, at, inner, False)
         off = self.offset(c.shape, at)
         copy = self.along(rows, inner, c.shape[axis], blocked,
-                          [f"{self.element(d, off.code)} = {x.code};" for d in dsts], True)
+                          [f"{self.element(d, off.code)} = {self.store_value(d.dtype, x.code)};"
+                           for d in dsts], True)
         # updates: out[fiber, idx[fiber, r]] (+)= src[fiber, r], for fibers inside the
         # index's shape (it may be smaller off the axis). The guard's variable keeps
         # what the updates read from being hoisted above the test.
@@ -210,7 +211,7 @@ class IndexKernels:
         for d in dsts:
             el = self.element(d, toff.code)
             value = s.code if step is None else self.combine_code(step, el, s.code, c.dtype)
-            writes.append(f"{el} = {value};")
+            writes.append(f"{el} = {self.store_value(c.dtype, value)};")
         # SIMD only across a block's columns (distinct output elements); along the axis
         # two updates may name one element and must stay in order
         update = guard.lines + self.along(rows2, inner2, ind.shape[axis], blocked, writes,
@@ -236,7 +237,8 @@ class IndexKernels:
         cell = f"{acc}[o - o0]" if blocked else acc
         op = "+" if step is Op.ADD else "*"
         tail = [f"{cell} = {cell} {op} {self.widen(v.code, wide)};"]
-        tail += [f"{self.element(d, off.code)} = {self.narrow(cell, wide, c.dtype)};"
+        tail += [f"{self.element(d, off.code)} = "
+                 f"{self.store_value(c.dtype, self.narrow(cell, wide, c.dtype))};"
                  for _, d in k.sinks]
         init = self.scan_literal(ident, wide, c.dtype)
         if blocked:
@@ -275,17 +277,19 @@ class IndexKernels:
         fn = self.sort_helper(x.dtype, c.attr("descending"))
         rows, _ = self.axis_scopes(fib, False)
         key = self.emit(x, self.with_axis(oidx, axis, rows.var), rows, False)
-        kt = self.ctype(x.dtype)
+        kt = self.storage_type(x.dtype)
         lines = [f"{kt} *hk = {self.ptr(keys)} + o * {n};",
                  f"int64_t *hp = {self.ptr(pos)} + o * {2 * n};"]
         lines += self.along(rows, rows, n, False,
-                            [f"hk[{rows.var}] = {key.code};", f"hp[{rows.var}] = {rows.var};"],
+                            [f"hk[{rows.var}] = {self.store_value(x.dtype, key.code)};",
+                             f"hp[{rows.var}] = {rows.var};"],
                             False)
         lines.append(f"{fn}(hk, hp, hp + {n}, {n});")
         r = self.fresh("r")
         off = self.offset(c.shape, self.with_axis(oidx, axis, r))
         lines.append(self.serial_loop(r, n, False))
-        lines += [f"  {self.element(d, off.code)} = {self.convert(f'hp[{r}]', c.dtype)};"
+        lines += [f"  {self.element(d, off.code)} = "
+                  f"{self.store_value(c.dtype, self.convert(f'hp[{r}]', c.dtype))};"
                   for _, d in k.sinks]
         lines.append("}")
         return lines
@@ -304,8 +308,9 @@ class IndexKernels:
         the source once (``sort_helpers``)."""
         name = f"hg_msort_{d.name}_{'d' if descending else 'a'}"
         if name not in self.sort_helpers:
-            kt = self.ctype(d)
-            before = self.sort_before("k[src[j]]", "k[src[i]]", d, descending)
+            kt = self.storage_type(d)
+            before = self.sort_before(self.load_element(d, "k[src[j]]"),
+                                      self.load_element(d, "k[src[i]]"), d, descending)
             self.sort_helpers[name] = "\n".join([
                 f"static void {name}(const {kt} *k, int64_t *p, int64_t *t, int64_t n) {{",
                 "  /* stable bottom-up merge sort of the positions p by their keys k; the",
@@ -353,6 +358,15 @@ class IndexKernels:
 
     def element(self, ref: BufRef, off: str) -> str:
         return f"{self.ptr(ref)}[{off}]"
+
+    def load_element(self, d: DType, code: str) -> str:
+        """A buffer element ``code`` of ``d`` read as a computing value (the 16-bit
+        floats convert: compiler/half_floats.py; others are what they store)."""
+        return code
+
+    def store_value(self, d: DType, code: str) -> str:
+        """A computed value ``code`` of ``d`` as a buffer element (see load_element)."""
+        return code
 
     def convert(self, code: str, d: DType) -> str:
         return f"(({self.ctype(d)})({code}))"

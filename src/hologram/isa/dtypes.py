@@ -74,8 +74,17 @@ ALL: tuple[DType, ...] = (f16, bf16, f32, f64, i8, i16, i32, i64, u8, u16, u32, 
 INTEGERS: tuple[DType, ...] = tuple(d for d in ALL if d.kind == "i")
 BY_NAME: dict[str, DType] = {d.name: d for d in ALL}
 BY_NUMPY: dict[np.dtype, DType] = {d.np_dtype: d for d in ALL if d.np_dtype is not None}
-# dtypes every backend must run end to end today; the others are table rows ready to use.
-SUPPORTED: frozenset[DType] = frozenset({f32, f64})
+#: What to install for a dtype NumPy lacks (its ``np_dtype`` is None without it).
+NEEDS: dict[str, str] = {"bf16": "ml_dtypes (pip install ml-dtypes, or hologram's "
+                                 "'bf16' extra)"}
+
+
+def numpy_dtype(d: DType, what: str = "dtype") -> np.dtype:
+    """``d``'s NumPy dtype, or a DTypeError naming the package that provides it."""
+    if d.np_dtype is None:
+        raise DTypeError(f"{what}: {d} has no NumPy dtype here; install "
+                         f"{NEEDS.get(d.name, 'a package that provides it')}")
+    return d.np_dtype
 
 
 def to_dtype(x: object) -> DType:
