@@ -121,7 +121,9 @@ def _kernels(x, m, idx):
     cols = m.sum(axis=0)
     gathered = m.take(idx.cast(i64), axis=0)  # jit takes float arguments: cast
     scan = m.cumsum(axis=1)
-    return flat, rows, ln, cols, gathered, scan, x.sum()
+    mx = m.max(axis=1, keepdims=True)  # one element per row, the whole row's work
+    lse = mx + (m - mx).exp().sum(axis=1, keepdims=True).log()
+    return flat, rows, ln, cols, gathered, scan, x.sum(), lse
 
 
 def _run_all(counts: list[int]) -> list[list[np.ndarray]]:
@@ -169,6 +171,28 @@ def test_results_hold_under_a_background_load(ex: hg.Executor, threading_mode) -
         busy.wait()
     for r in loaded:
         _same(quiet, r)
+
+
+def _row_lse(m):
+    mx = m.max(axis=1, keepdims=True)
+    return (mx + (m - mx).exp().sum(axis=1, keepdims=True).log())[:, 0]
+
+
+@pytest.mark.parametrize("cols", [1024, 1])
+def test_a_row_reduction_splits_by_its_rows_work(ex: hg.Executor, cols: int) -> None:
+    """A kernel that stores one element per row splits its rows over the threads when
+    the rows' reductions are work enough (4096 x 1024: it ran on one thread when only
+    the 4096 stored elements counted), and not when they are not (4096 x 1)."""
+    m = np.random.default_rng(3).standard_normal((4096, cols)).astype(np.float32)
+    m[5, -1] = np.nan
+    m[9, :] = -np.inf
+    f = hg.jit(_row_lse, backend="cpu")
+    src = f.explain(m)
+    assert ("hg_par(k0_chunk" in src) == (cols == 1024), src[-2000:]
+    with np.errstate(invalid="ignore"):
+        mx = m.astype(np.float64).max(axis=1, keepdims=True)
+        want = (mx + np.log(np.exp(m - mx).sum(axis=1, keepdims=True)))[:, 0]
+    np.testing.assert_allclose(np.array(f(m)), want, rtol=2e-6, atol=1e-6)
 
 
 def test_pytorch_keeps_its_thread_count(ex: hg.Executor) -> None:

@@ -607,12 +607,13 @@ class CRenderer(IndexKernels):
         return self.accumulator_type(d)
 
     # --- kernels ------------------------------------------------------------------------------
-    def _computed_here(self, k: KernelPlan) -> Iterator[Value]:
-        """The values kernel ``k`` computes itself: its sinks' expressions down to what
-        other steps stored (read from memory here). Not the whole upstream graph: a
-        late kernel of a big program would walk every layer before it."""
+    def _computed_here(self, roots: list[Value]) -> Iterator[Value]:
+        """The values a kernel computes itself for ``roots`` (its sinks): their
+        expressions down to what other steps stored (read from memory here). Not the
+        whole upstream graph: a late kernel of a big program would walk every layer
+        before it."""
         buffers = self.sched.buffers
-        stack = [s for s, _ in k.all_sinks]
+        stack = list(roots)
         seen = {id(s) for s in stack}
         while stack:
             v = stack.pop()
@@ -631,7 +632,7 @@ class CRenderer(IndexKernels):
         self.team_phases: list[tuple[str, list[str]]] = []  # see team_phase()
         self.kernel_name = k.name
         v, _ = k.sinks[0]
-        heavy = any(x.op in MATH_OPS for x in self._computed_here(k))
+        heavy = any(x.op in MATH_OPS for x in self._computed_here([s for s, _ in k.all_sinks]))
         self.parallel_min_work = PARALLEL_MIN_WORK_MATH if heavy else PARALLEL_MIN_WORK
         # The sink is computed here, unless a load, a GEMM result or an attention part (a
         # copy kernel: their steps wrote the value).
@@ -1041,9 +1042,13 @@ class CRenderer(IndexKernels):
         body = [self.loop("j", n_inner, False, True, "inner")]
         body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]
         body.append("}")
+        # The reductions computed per outer index count too: a row-wise log-sum-exp stores
+        # one element per row but reads and exponentiates the whole row.
+        work = max([c.size] + [x.srcs[0].size for x in self._computed_here([c])
+                               if group(x.op) is Group.REDUCE])
         parallel = not lead and (self.concat_parallel
-                                 or (c.size >= self.parallel_min_work and n_outer > 1))
-        out = [self.loop("o", n_outer, parallel, False, "outer", c.size)]
+                                 or (work >= self.parallel_min_work and n_outer > 1))
+        out = [self.loop("o", n_outer, parallel, False, "outer", work)]
         out += ["  " + ln for ln in outer.lines + body]
         return out + ["}"]
 
