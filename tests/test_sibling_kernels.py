@@ -121,3 +121,35 @@ def test_emulated_cuda_stores_every_sibling(monkeypatch):
     finally:
         ex.close()
     assert os.environ["HOLOGRAM_CUDA_DEVICE"] == "emulated"
+
+
+BIG = 1 << 17  # above schedule.SHARED_MIN_SIZE: the store-shared-values rules apply
+
+
+def test_big_shared_work_is_still_one_loop(cpu):
+    """Above the size where a value read by several readers may be stored, a value whose
+    readers all end in the same loop is not: one kernel, no temps (Black-Scholes ran
+    as 7 kernels through 5 temps)."""
+    p = b.program(_shared, [("f32", (BIG,))] * 2)
+    compiled = cpu.compile(p)
+    assert compiled.stats.launches_after == 1 and not compiled.temps, compiled.source[-3000:]
+    _check(cpu, _shared, n=BIG, seed=4)
+    _check(cpu, _chained, n=BIG, seed=5)
+
+
+def _residual(x, y, z):
+    h = x * y + z  # three full-size reads behind it
+    return h * 2.0, h - h.max(axis=0, keepdims=True)
+
+
+def test_a_shared_value_a_reduction_reads_is_still_stored(cpu):
+    p = b.program(_residual, [("f32", (BIG,))] * 3)
+    compiled = cpu.compile(p)
+    assert compiled.temps, compiled.source[-3000:]  # h: stored once, read by both
+    rng = np.random.default_rng(6)
+    ins = [rng.standard_normal(BIG).astype(np.float32) for _ in range(3)]
+    want, _ = evaluate(p, ins)
+    got = [np.empty(s, d.np_dtype) for d, s in p.output_specs]
+    cpu.launch(p, ins, got)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=2e-6, atol=1e-6)

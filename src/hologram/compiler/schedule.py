@@ -475,9 +475,15 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
     leaves: dict[int, frozenset[Value]] = {}
     work: dict[int, int] = {}  # instructions and full-size reads per element, inlined
     readers = _readers_through_views(program, users)
+    one_loop = _only_elementwise_to_outputs(program, users)
     chosen: set[int] = set()
     for v in program.instructions:
         if v.op is Op.STG:
+            continue
+        if id(v) in one_loop:  # its readers all end in one loop (merge_siblings)
+            leaves[id(v)] = frozenset().union(*(leaves.get(id(s), frozenset())
+                                                for s in v.srcs))
+            work[id(v)] = min(_WORK_CAP, 1 + sum(work.get(id(s), 1) for s in v.srcs))
             continue
         if group(v.op) not in _INLINED or id(v) in forced or id(v) in stored:
             leaves[id(v)] = frozenset([v])
@@ -500,6 +506,25 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
         leaves[id(v)] = deps
         work[id(v)] = w
     return chosen
+
+
+def _only_elementwise_to_outputs(program: Program, users: dict[int, list[Value]]
+                                 ) -> set[int]:
+    """Element-wise values whose every reader, transitively, is an element-wise value
+    of the same shape or a store of one: a function of several same-shape results
+    (Black-Scholes' call and put from shared ``d1``, ``cnd(d1)``, ...). The kernels of
+    those results become one loop (:func:`merge_siblings`), which computes each shared
+    value once per element with no buffer: storing it would add a write and a read per
+    element (Black-Scholes ran as 7 kernels through 5 temps)."""
+    pure: set[int] = set()
+    for v in reversed(program.instructions):
+        if v.op is Op.STG or group(v.op) not in ELEMENTWISE:
+            continue
+        readers = users.get(id(v), [])
+        if readers and all(u.shape == v.shape and (u.op is Op.STG or id(u) in pure)
+                           for u in readers):
+            pure.add(id(v))
+    return pure
 
 
 def _readers_through_views(program: Program, users: dict[int, list[Value]]
