@@ -51,6 +51,7 @@ from hologram.isa.value import Value
 
 from .context import Ctx, Unsupported, isa_dtype
 from .movement import pad_with
+from .reductions import staged_sum
 
 aten = torch.ops.aten
 
@@ -455,7 +456,7 @@ def _convolution_backward(ctx: Ctx, grad: Var, x: Var, weight: Var,
     if output_mask[1]:
         res[1] = conv_weight_grad(g, x, w.shape, st, pa, di, int(groups))
     if output_mask[2]:
-        res[2] = g.sum((0, *range(2, g.ndim)))
+        res[2] = staged_sum(g, (0, *range(2, g.ndim)))
     return tuple(res)
 
 
