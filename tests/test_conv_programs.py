@@ -20,6 +20,7 @@ from hologram_torch.lowering.convolution import (  # noqa: E402
     conv_nd,
     conv_weight_grad,
 )
+from hologram_torch.lowering.reductions import staged_sum  # noqa: E402
 
 F = torch.nn.functional
 
@@ -86,6 +87,42 @@ def test_convolution_on_webgpu_float32(name):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def _backward(name: str, outs: tuple[int, ...]):
+    """The input and weight gradients of case ``name`` in one program (col2im, the
+    GEMM over the batch where the case is folded) and the bias gradient (a staged sum
+    over the batch and positions)."""
+    xs, ws, s, p, d, g = CASES[name]
+
+    def grads(gy, x, w):
+        return (conv_input_grad(gy, w, xs[2:], s, p, d, g),
+                conv_weight_grad(gy, x, ws, s, p, d, g),
+                staged_sum(gy, (0, 2, 3)))
+    return grads
+
+
+def _backward_arrays(name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(gy, x, w) in float32 and autograd's (dx, dw, db) from them in float64."""
+    xs, ws, s, p, d, g = CASES[name]
+    x, w, bias = _arrays(name, np.float32)
+    x = np.nan_to_num(x)
+    outs = _want(name, x, w, bias).shape
+    gy = np.random.default_rng(2).standard_normal(outs).astype(np.float32)
+    tx, tw, tb = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (x, w, bias))
+    F.conv2d(tx, tw, tb, s, p, d, g).backward(torch.from_numpy(gy.astype(np.float64)))
+    return [gy, x, w], [tx.grad.numpy(), tw.grad.numpy(), tb.grad.numpy()]
+
+
+@pytest.mark.skipif(registry.why_unavailable("webgpu") is not None,
+                    reason=f"webgpu unavailable: {registry.why_unavailable('webgpu')}")
+@pytest.mark.parametrize("name", ["dense 3x3 pad", "strided grouped dilated", "dense per image",
+                                  "folded 3x3 s2", "folded 1x1 s2"])
+def test_convolution_backward_on_webgpu_float32(name):
+    ins, want = _backward_arrays(name)
+    got = hg.jit(_backward(name, ins[0].shape[2:]), backend="webgpu")(*ins)
+    for gv, wv in zip(got, want, strict=True):
+        np.testing.assert_allclose(gv, wv, rtol=1e-4, atol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def emulated_cuda():
     """An executor on the emulated CUDA device (CUDA C compiled for the host)."""
@@ -114,6 +151,21 @@ def test_convolution_runs_on_emulated_cuda(emulated_cuda, name):
     np.testing.assert_allclose(ref, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("name", ["strided grouped dilated", "dense per image",
+                                  "folded 3x3 s2", "folded dilated"])
+def test_convolution_backward_runs_on_emulated_cuda(emulated_cuda, name):
+    """The gradients (col2im, the weight gradient as one GEMM over the batch, the
+    staged bias sum) as CUDA C, against autograd; outputs between canaries."""
+    from .programs import compiled_and_reference
+
+    ins, want = _backward_arrays(name)
+    p = b.program(_backward(name, ins[0].shape[2:]), [("f32", a.shape) for a in ins])
+    got, ref = compiled_and_reference(emulated_cuda, p, ins)
+    for gv, rv, wv in zip(got, ref, want, strict=True):
+        np.testing.assert_allclose(gv, wv, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(rv, wv, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_convolution_kernels_compile_for_cuda(name):
     from hologram.compiler import nvrtc
@@ -127,6 +179,51 @@ def test_convolution_kernels_compile_for_cuda(name):
     outs = _want(name, x, w, bias).shape[2:]
     p = b.program(_forward(name, outs), [("f32", xs), ("f32", ws), ("f32", (ws[0],))])
     compile_for_gpu(p)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_convolution_backward_kernels_compile_for_cuda(name):
+    from hologram.compiler import nvrtc
+
+    if not nvrtc.available():
+        pytest.skip("NVRTC is not installed")
+    from .test_cuda_compile import compile_for_gpu
+
+    ins, _ = _backward_arrays(name)
+    compile_for_gpu(b.program(_backward(name, ins[0].shape[2:]),
+                              [("f32", a.shape) for a in ins]))
+
+
+def test_a_weight_gradient_is_one_gemm_over_the_batch():
+    """The weight gradient of a dense convolution is one GEMM whose inner dimension is
+    the batch times the positions (the gradient ``[O, B*L]`` times the columns read
+    transposed), at any number of positions: no product per image summed after."""
+    for size in (7, 17):  # 49 and 289 positions: below and above FOLD_MAX_POSITIONS
+        def grad(gy, x, size=size):
+            return (conv_weight_grad(gy, x, (16, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1),)
+
+        (g,) = _gemms(grad, [("f32", (3, 16, size, size)), ("f32", (3, 8, size, size))])
+        assert g.shape == (1, 16, 8 * 9)
+        assert g.srcs[0].shape[-1] == 3 * size * size
+
+
+def test_staged_sum_matches_numpy():
+    """``staged_sum`` (the trailing reduced axes first) against NumPy in float64, with
+    NaN, inf and zero-size axes, keepdims or not; on the reference and the CPU backend."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 4, 5, 6))
+    x[0, 1, 2, 3], x[2, 3, 0, 0] = np.nan, np.inf
+    for axes in [(0, 2, 3), (0, 3), (1, 2, 3), (0, 1), (2,)]:
+        for keep in (False, True):
+            want = x.sum(axes, keepdims=keep)
+            for backend in ("reference", "cpu"):
+                got = hg.jit(lambda v, axes=axes, keep=keep: (staged_sum(v, axes, keep),),
+                             backend=backend)(x)
+                got = got[0] if isinstance(got, tuple) else got
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    empty = np.zeros((0, 4, 5, 6))
+    got = hg.jit(lambda v: (staged_sum(v, (0, 2, 3)),), backend="cpu")(empty)
+    np.testing.assert_array_equal(got[0] if isinstance(got, tuple) else got, np.zeros(4))
 
 
 def _gemms(fn, specs) -> list:

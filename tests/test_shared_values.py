@@ -109,3 +109,68 @@ def test_stored_taps_agree_with_the_reference(native_cpu: hg.Executor) -> None:
     w = rng.standard_normal((16, 49)).astype(np.float32)
     got, want = compiled_and_reference(native_cpu, p, [x, w])
     np.testing.assert_allclose(got[0], want[0], rtol=2e-4, atol=2e-5)
+
+
+def _batch_stats(x):
+    """A batch norm's training statistics as PyTorch's decomposition builds them: the
+    mean over (0, 2, 3), returned (squeezed) and read by the variance and the output."""
+    n = x.shape[0] * x.shape[2] * x.shape[3]
+    mean = x.sum((0, 2, 3), keepdims=True) / float(n)
+    dev = x - mean
+    rstd = ((dev * dev).sum((0, 2, 3), keepdims=True) / float(n) + 1e-5).rsqrt()
+    return (dev * rstd).maximum(0.0), mean.reshape((x.shape[1],)), rstd.reshape((x.shape[1],))
+
+
+def test_a_returned_statistic_is_stored_once() -> None:
+    """The mean and rstd are program outputs (through a reshape) and read by the
+    normalization too: stored once (``stored_statistics``), not recomputed by each
+    kernel that reads them; the variance's sum, read by one instruction, stays inline.
+    Below ``STATISTIC_MIN_READS`` reduced elements nothing is chosen."""
+    def chosen(shape):
+        p = b.program(_batch_stats, [("f32", shape)])
+        users = schedule.users_of(p)
+        stored = {id(v.srcs[0]): [schedule.BufRef("out", v.attr("out"), v.dtype, v.shape)]
+                  for v in p.instructions if v.op.value == "stg"}
+        return [v for v in p.instructions
+                if id(v) in schedule.stored_statistics(p, users, stored, set())]
+
+    got = chosen((4, 8, 16, 16))
+    assert sorted(v.op.value for v in got) == ["div", "rsqrt"]
+    assert all(v.shape == (1, 8, 1, 1) for v in got)
+    assert chosen((2, 8, 8, 8)) == []  # 1,024 elements reduced: below the floor
+
+
+def test_stored_statistics_agree_with_the_reference(native_cpu: hg.Executor) -> None:
+    p = b.program(_batch_stats, [("f32", (4, 8, 16, 16))])
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 8, 16, 16)).astype(np.float32)
+    x[1, 2, 3, 4], x[0, 5, 0, 0] = np.nan, np.inf  # channels 2 and 5 turn NaN throughout
+    got, want = compiled_and_reference(native_cpu, p, [x])
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+    assert np.isnan(got[1][2]) and np.isnan(got[2][5])
+
+
+def test_a_product_reshaped_to_an_output_is_written_there(native_cpu: hg.Executor) -> None:
+    """A GEMM whose only reader is a RESHAPE to a program output (a convolution's
+    weight gradient ``[O, C*K]`` as ``[O, C, kh, kw]``) writes the output itself: no
+    temp, no copy kernel. A product read elsewhere as well keeps its own buffer."""
+    def grad(a, c):
+        return ((a @ c).reshape((6, 4, 3, 3)),)
+
+    p = b.program(grad, [("f32", (6, 20)), ("f32", (20, 36))])
+    steps = schedule.plan(p, set()).steps
+    assert [type(s).__name__ for s in steps] == ["GemmPlan"]
+    assert steps[0].out.kind == "out"
+    rng = np.random.default_rng(9)
+    a, c = (rng.standard_normal(s).astype(np.float32) for s in ((6, 20), (20, 36)))
+    a[0, 0] = np.nan
+    got, want = compiled_and_reference(native_cpu, p, [a, c])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    def shared(a, c):
+        g = a @ c
+        return g.reshape((6, 4, 3, 3)), g * 2.0
+
+    steps = schedule.plan(b.program(shared, [("f32", (6, 20)), ("f32", (20, 36))]),
+                          set()).steps
+    assert [s.out.kind for s in steps if isinstance(s, schedule.GemmPlan)] == ["tmp"]

@@ -187,10 +187,11 @@ def plan(program: Program, forced: set[int]) -> Schedule:
 
     users = users_of(program)
     forced |= shared_recomputations(program, users, stored, forced)
+    forced |= stored_statistics(program, users, stored, forced)
     deferred: list[Value] = []  # forced here: planned again once this pass has found all
     claimed: set[int] = set()  # values a GEMM result is already computed in place of
     attention: dict[tuple, AttentionPlan] = {}  # one step per attention computation
-    written: dict[int, Value] = {}  # stored views an attention step writes in place
+    written: dict[int, Value] = {}  # stored views an attention step or a GEMM writes in place
 
     for v in program.instructions:
         if v.op is Op.STG:
@@ -217,6 +218,11 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                 if ref.kind in ("out", "tmp"):
                     claimed.add(id(into))
                     homes[id(v)] = ref
+            elif into is None and id(v) not in stored:
+                u = _reshaped_output(v, users, stored, forced)
+                if u is not None:  # written straight into the output it is reshaped to
+                    homes[id(v)] = home(u)
+                    written[id(u)] = v
             bufs[id(v)] = home(v)
             if v.size:
                 sched.steps.append(GemmPlan(v, bufs[id(v)]))
@@ -245,7 +251,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                 if strides is not None:
                     step.layouts[id(v)] = strides
             copies = stored.get(id(v), [])[1:]
-        elif id(v) in written:  # an attention step wrote it (above): only extra copies
+        elif id(v) in written:  # an attention step or a GEMM wrote it (above): only extra copies
             bufs[id(v)] = home(v)
             copies = stored[id(v)][1:]
         elif id(v) in forced or id(v) in stored:
@@ -399,6 +405,23 @@ def _stored_through(v: Value, users: dict[int, list[Value]], stored: dict[int, l
     return u, strides
 
 
+def _reshaped_output(v: Value, users: dict[int, list[Value]], stored: dict[int, list[BufRef]],
+                     forced: set[int]) -> Value | None:
+    """The program output ``u`` that GEMM result ``v`` only reaches through RESHAPEs (each
+    link read once, none materialized on its own), or None. A RESHAPE keeps row-major
+    order, so the product written row-major into ``u``'s buffer is ``u``: no temp and no
+    copy kernel. A convolution's weight gradient is such a product (``[O, C*K]``
+    reshaped to ``[O, C, *K]``); its copy cost 3.4 ms for each 512x512x3x3 weight of
+    ResNet-18's training step at batch 8, one thread (docs/perf.md, "Session 13")."""
+    u = v
+    while id(u) not in stored:
+        readers = users.get(id(u), [])
+        if len(readers) != 1 or readers[0].op is not Op.RESHAPE or id(readers[0]) in forced:
+            return None
+        u = readers[0]
+    return u if u is not v and stored[id(u)][0].kind == "out" else None
+
+
 def _need_views(v: Value, bufs: dict[int, BufRef], forced: set[int]) -> list[Value]:
     """Make every operand of ``v`` a view chain over a buffer (a library step reads it in
     place): the computed value under a chain that is not gets a buffer (not the view:
@@ -525,6 +548,51 @@ def _only_elementwise_to_outputs(program: Program, users: dict[int, list[Value]]
                            for u in readers):
             pure.add(id(v))
     return pure
+
+
+#: A reduction's result that is a program output through views and is read elsewhere
+#: too is stored once (:func:`stored_statistics`) where the data it reduces has at least
+#: this many elements; below, the kernel launch costs more than the reads it saves.
+STATISTIC_MIN_READS = 1 << 12
+
+
+def stored_statistics(program: Program, users: dict[int, list[Value]],
+                      stored: dict[int, list[BufRef]], forced: set[int]) -> set[int]:
+    """Values to materialize that contain a reduction, are stored through views (a
+    program output reshaped: a batch norm's or layer norm's saved mean) and are read by
+    another instruction as well.
+
+    A reduction is inlined into each kernel that reads it, computed once per output row
+    there; the work rule (:func:`shared_recomputations`) counts per element and leaves
+    it alone. But a result the program returns is computed by its output's kernel
+    anyway, and each other kernel reading it computed it again: a batch norm's mean in
+    training was computed three times (its output, the variance, the normalization),
+    each a pass over the activation (docs/perf.md, "Session 13"). Stored once, the
+    others read the few stored elements."""
+    reduced: dict[int, int] = {}  # elements the reductions in v's inlined expression read
+    readers = _readers_through_views(program, users)
+    chosen: set[int] = set()
+
+    def reaches_store(v: Value) -> bool:
+        return any(u.op is Op.STG or (u.op in MOVEMENT and (id(u) in stored
+                                                           or reaches_store(u)))
+                   for u in users.get(id(v), []))
+
+    for v in program.instructions:
+        if v.op is Op.STG or group(v.op) not in _INLINED or id(v) in forced \
+                or id(v) in stored:
+            continue
+        n = max((reduced.get(id(s), 0) for s in v.srcs), default=0)
+        if group(v.op) is Group.REDUCE:
+            n = max(n, v.srcs[0].size)
+        if not n:
+            continue
+        reduced[id(v)] = n
+        if (v.op not in MOVEMENT and n >= STATISTIC_MIN_READS
+                and readers.get(id(v), 0) >= 2 and reaches_store(v)):
+            chosen.add(id(v))
+            reduced[id(v)] = 0
+    return chosen
 
 
 def _readers_through_views(program: Program, users: dict[int, list[Value]]

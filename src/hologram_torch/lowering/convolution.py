@@ -32,9 +32,9 @@ The backward ops are the same pieces: the input gradient is col2im (the columns'
 gradient, one GEMM, each kernel position's part put back where its tap came from and
 summed: views and one fused kernel); for depthwise, a direct stride-1 convolution of
 the output gradient dilated by the stride (zeros interleaved: a CONCAT and RESHAPE),
-with the weight flipped and its channel axes swapped. The weight gradient is a GEMM
-per image of the output gradient against the columns (read transposed), summed over
-the batch, or for depthwise a product of taps reduced; the bias gradient a sum.
+with the weight flipped and its channel axes swapped. The weight gradient is one GEMM
+over the batch, the output gradient against every image's columns side by side (read
+transposed), or for depthwise a product of taps reduced; the bias gradient a sum.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from hologram.isa.value import Value
 
 from .context import Ctx, Unsupported, isa_dtype
 from .movement import pad_with
+from .reductions import staged_sum
 
 aten = torch.ops.aten
 
@@ -334,6 +335,33 @@ def conv_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequen
     return conv_nd(gd, wt, None, (1,) * nd, pads, dilation, groups, tuple(in_sizes))
 
 
+def _folded_columns(x: Var, kernel: Sequence[int], stride: Sequence[int],
+                    padding: Sequence[int], dilation: Sequence[int], outs: Sequence[int],
+                    groups: int) -> Var:
+    """The column matrix of every image side by side: ``[g, C/g * K, B * L]`` (rows
+    ordered (channel, kernel position) as a weight's are, columns (image, position)):
+    the windowed taps of the input read with its batch and channel axes swapped
+    (views), stacked in one CONCAT. The forward's GEMM over the batch reads the same
+    matrix (:func:`_batch_folded`); here the weight gradient reads it transposed."""
+    b, c = x.shape[:2]
+    kk = math.prod(kernel)
+    n = b * math.prod(outs)
+    xt = x.permute((1, 0, *range(2, x.ndim)))  # [C, B, *P]
+    tp = window_taps(xt, kernel, stride, padding, dilation, outs)  # each [C, B, *outs]
+    if kk == 1:
+        return tp[0].reshape((groups, c // groups, n))
+    stacked = Var(concat([t.reshape((c, 1, b, *outs)).v for t in tp], 1))
+    return stacked.reshape((groups, (c // groups) * kk, n))
+
+
+def _batch_major(g: Var, groups: int) -> Var:
+    """The output gradient ``[B, O, *outs]`` as ``[g, O/g, B * L]``: one GEMM operand
+    over the whole batch (a permuted copy the size of the gradient)."""
+    b, o = g.shape[:2]
+    n = b * math.prod(g.shape[2:])
+    return g.permute((1, 0, *range(2, g.ndim))).reshape((groups, o // groups, n))
+
+
 def _col2im_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequence[int],
                        padding: Sequence[int], dilation: Sequence[int], groups: int) -> Var:
     """The input gradient of a strided convolution as col2im: the columns' gradient is
@@ -342,7 +370,12 @@ def _col2im_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Seq
     shifted: views), all of them summed in one fused kernel. Measured against the
     transposed convolution of the dilated gradient (im2col of it and a GEMM): 1.7-2.5x
     faster at stride 2, which multiplies ``prod(stride)`` times as many zeros there,
-    and 1.0-1.4x at stride 1 (ResNet-18's shapes, batch 1 and 8)."""
+    and 1.0-1.4x at stride 1 (ResNet-18's shapes, batch 1 and 8).
+
+    Up to ``FOLD_MAX_POSITIONS`` positions per image the columns' gradient is one GEMM
+    over the batch (``[C*K, O] x [O, B*L]``), as the forward's product is: per image its
+    ``n`` was the positions alone (16 on ResNet-18's last stage at 112x112), and BLAS
+    packed the whole weight again for each image (docs/perf.md, "Session 13")."""
     b, o = g.shape[:2]
     outs = g.shape[2:]
     _, cg = weight.shape[:2]
@@ -350,13 +383,22 @@ def _col2im_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Seq
     og = o // groups
     kk = math.prod(kernel)
     c = groups * cg
-    wt = weight.reshape((1, groups, og, cg * kk)).permute((0, 1, 3, 2))  # [1, g, CK, O/g]
-    dcols = (wt @ g.reshape((b, groups, og, math.prod(outs)))).reshape((b, c, kk, *outs))
+    wt = weight.reshape((groups, og, cg * kk)).permute((0, 2, 1))  # [g, CK, O/g]
+    folded = b > 1 and math.prod(outs) <= FOLD_MAX_POSITIONS
+    if folded:  # [C, K, B, *outs]: each tap read with its batch and channel axes swapped
+        dcols = (wt @ _batch_major(g, groups)).reshape((c, kk, b, *outs))
+    else:
+        dcols = (wt.reshape((1, groups, cg * kk, og)) @ g.reshape(
+            (b, groups, og, math.prod(outs)))).reshape((b, c, kk, *outs))
     zero = const(0, g.dtype, ())
     dx: Var | None = None
     for t, pos in enumerate(itertools.product(*(range(k) for k in kernel))):
-        tap = dcols.slice((0, 0, t, *(0,) * len(outs)), (b, c, 1, *outs)).reshape(
-            (b, c, *outs))
+        if folded:
+            tap = dcols.slice((0, t, 0, *(0,) * len(outs)), (c, 1, b, *outs)).reshape(
+                (c, b, *outs)).permute((1, 0, *range(2, 2 + len(outs))))
+        else:
+            tap = dcols.slice((0, 0, t, *(0,) * len(outs)), (b, c, 1, *outs)).reshape(
+                (b, c, *outs))
         placed = _dilate(tap, stride)
         pads: list[int] = []
         for i, n in enumerate(in_sizes):
@@ -370,7 +412,15 @@ def _col2im_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Seq
 
 def conv_weight_grad(g: Var, x: Var, wshape: Sequence[int], stride: Sequence[int],
                      padding: Sequence[int], dilation: Sequence[int], groups: int) -> Var:
-    """The gradient of ``conv_nd`` with respect to its weight ``[O, C/g, *K]``."""
+    """The gradient of ``conv_nd`` with respect to its weight ``[O, C/g, *K]``.
+
+    A dense or grouped one is ONE GEMM over the batch: the output gradient ``[O, B*L]``
+    times the columns of every image side by side, read transposed (``[C*K, B*L]``,
+    :func:`_folded_columns`), so the sum over images and positions is the GEMM's inner
+    dimension. The former GEMM per image, summed over the batch after, wrote ``B``
+    weight-sized products and summed them in a pass that read them with the batch axis
+    innermost (24 ms of a 300 ms backward for each 512x512x3x3 weight at batch 8), and
+    its ``k`` was one image's positions (16 on ResNet-18's last stage at 112x112)."""
     b, o = g.shape[:2]
     outs = g.shape[2:]
     cg = wshape[1]
@@ -383,12 +433,8 @@ def conv_weight_grad(g: Var, x: Var, wshape: Sequence[int], stride: Sequence[int
         parts = [(gg * t.reshape((b, groups, 1, *outs))).sum(red).reshape((groups, og, 1)).v
                  for t in tp]
         return Var(concat(parts, 2)).reshape(tuple(wshape))
-    cols = columns(taps(x, kernel, stride, padding, dilation, outs), groups)
-    # one GEMM per image against its columns read transposed in place, summed over the
-    # batch: 1.3-2.1x faster than one GEMM over (batch, positions), whose operands were
-    # a transposed copy of the columns and a permuted copy of the gradient
-    gm = g.reshape((b, groups, og, math.prod(outs)))
-    return (gm @ cols.permute((0, 1, 3, 2))).sum(0).reshape(tuple(wshape))
+    cols = _folded_columns(x, kernel, stride, padding, dilation, outs, groups)
+    return (_batch_major(g, groups) @ cols.permute((0, 2, 1))).reshape(tuple(wshape))
 
 
 def _convolution_backward(ctx: Ctx, grad: Var, x: Var, weight: Var,
@@ -410,7 +456,7 @@ def _convolution_backward(ctx: Ctx, grad: Var, x: Var, weight: Var,
     if output_mask[1]:
         res[1] = conv_weight_grad(g, x, w.shape, st, pa, di, int(groups))
     if output_mask[2]:
-        res[2] = g.sum((0, *range(2, g.ndim)))
+        res[2] = staged_sum(g, (0, *range(2, g.ndim)))
     return tuple(res)
 
 
