@@ -49,6 +49,7 @@ import torch
 from hologram.isa.builder import Var, concat, const
 from hologram.isa.value import Value
 
+from . import winograd
 from .context import Ctx, Unsupported, isa_dtype
 from .movement import pad_with
 
@@ -255,6 +256,8 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
             y = xi * wi if y is None else y + xi * wi
         assert y is not None
         y = y.reshape((b, o, *outs))
+    elif winograd.applies(x, weight, tuple(stride), tuple(dilation), groups, tuple(outs)):
+        y = winograd.conv3x3(x, weight, tuple(padding), tuple(outs))
     elif groups == 1 and b > 1 and math.prod(outs) <= FOLD_MAX_POSITIONS:
         y = _batch_folded(x, weight, stride, padding, dilation, outs)
     else:

@@ -1,0 +1,175 @@
+"""3x3 stride-1 convolutions by Winograd's minimal filtering, F(m x m, 3 x 3).
+
+Why: an im2col convolution is a GEMM of ``O x 9C x L`` multiply-adds, and on
+ResNet-18 at batch 8 hologram's GEMMs already ran at ~165 GFLOP/s per core (near this
+machine's single-core peak), so no layout of the column matrix could bring the call
+below the GEMM's own time, which is about what Inductor's whole call costs
+(docs/perf.md, "Session 13, CNN inference"). Winograd's F(m, 3) computes each ``m x
+m`` output tile from an ``(m+2) x (m+2)`` input tile with ``(m+2)^2`` products per
+input and output channel pair instead of ``9 m^2``: 2.25x fewer at m = 2, 4x at m = 4.
+The products are ``(m+2)^2`` independent GEMMs ``U[t] (O x C) @ V[t] (C x tiles)``,
+one batched GEMM; the transforms around it are element-wise over views.
+
+Built, like every convolution here, from existing instructions (views, CONCAT,
+element-wise arithmetic, the library GEMM), so its meaning is the same on every
+backend and in the reference interpreter:
+
+1. Weight: ``U = G g G^T`` per (output, input) channel, stored ``[O, t, C]`` (one
+   CONCAT whose units are output channels: each reads its own 9C weights from cache).
+2. Input, in two passes so every read is a view with few terms: rows, ``R_i = sum_p
+   BT[i, p] x[m*ty + p]`` (windows of the unpadded input, padded with zeros:
+   ``convolution.window_taps``), stored ``[C, a, B, th, W]``; then columns, ``V_ij =
+   sum_q BT[j, q] R_i[m*tx + q]``, stored ``[C, t, B*th*tw]``.
+3. ``M[t] = U[t] @ V[t]``: one GEMM batched over the ``t = a^2`` tile positions, each
+   ``[O, C] x [C, B*th*tw]`` (the batch folded into the columns, as
+   ``convolution._batch_folded`` does).
+4. Output: ``Y_ij = sum_pq AT[i, p] AT[j, q] M[p*a + q]``, stored ``[O, m*m, B*th*tw]``
+   (units are output channels: each reads its ``t`` rows of M from cache), viewed back
+   as ``[B, O, H, W]`` (tiles that overhang the output are cropped).
+
+Numerics: the transforms add and subtract values of one tile, so a non-finite input
+element reaches every output of its tile(s): an ``inf`` gives ``inf - inf = NaN``
+where the direct sum gives ``inf``, and a NaN spreads to tile neighbours whose windows
+do not contain it (oneDNN's and cuDNN's Winograd kernels behave the same). Finite
+results differ from the direct sum by rounding only (relative ~1e-6 at float32 for m
+= 4). Hence Winograd runs only on float32 (float64 asks for exactness and stays
+direct) and only where ``HOLOGRAM_CONV`` is not ``direct`` (README, limitations).
+"""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction as Fr
+
+from hologram.isa.builder import Var, concat, const
+
+#: (BT, G, AT) of F(m x m, 3 x 3) by output tile size m, from the interpolation points
+#: 0, 1, -1 (m = 2) and 0, 1, -1, 2, -2 (m = 4) with the point at infinity (Lavin and
+#: Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
+TRANSFORMS: dict[int, tuple[list[list[Fr]], list[list[Fr]], list[list[Fr]]]] = {
+    2: ([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [[1, 0, 0], [Fr(1, 2), Fr(1, 2), Fr(1, 2)], [Fr(1, 2), Fr(-1, 2), Fr(1, 2)],
+         [0, 0, 1]],
+        [[1, 1, 1, 0], [0, 1, -1, -1]]),
+    4: ([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+        [[Fr(1, 4), 0, 0], [Fr(-1, 6), Fr(-1, 6), Fr(-1, 6)], [Fr(-1, 6), Fr(1, 6), Fr(-1, 6)],
+         [Fr(1, 24), Fr(1, 12), Fr(1, 6)], [Fr(1, 24), Fr(-1, 12), Fr(1, 6)], [0, 0, 1]],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
+}
+
+#: Output positions per image from which a convolution takes the Winograd path, and the
+#: tile size by the output's smaller side (measured, docs/perf.md "Session 13, CNN
+#: inference"): at 7x7 (ResNet-18's last stage) the tiles overhang the output and the
+#: transformed weight (16 or 36 x O x C) costs more memory traffic than it saves.
+MIN_POSITIONS = 196
+#: dtypes Winograd runs on (see the module's docstring: float64 stays direct).
+DTYPES = ("f32",)
+
+
+def enabled() -> bool:
+    """``HOLOGRAM_CONV=direct`` keeps every convolution on the direct (im2col) path."""
+    return os.environ.get("HOLOGRAM_CONV", "").strip().lower() != "direct"
+
+
+def tile_size(outs: tuple[int, ...]) -> int:
+    """m for an output of ``outs`` positions: 4 where the tiles cover it exactly or
+    nearly, else 2."""
+    return 4 if all(o % 4 == 0 for o in outs) else 2
+
+
+def applies(x: Var, weight: Var, stride: tuple[int, ...], dilation: tuple[int, ...],
+            groups: int, outs: tuple[int, ...]) -> bool:
+    """Whether ``conv_nd`` takes this path: a dense 2-D 3x3 stride-1 convolution at
+    float32 with at least MIN_POSITIONS output positions per image."""
+    return (enabled() and x.dtype.name in DTYPES and x.ndim == 4 and groups == 1
+            and tuple(weight.shape[2:]) == (3, 3) and stride == (1, 1)
+            and dilation == (1, 1) and outs[0] * outs[1] >= MIN_POSITIONS
+            and x.shape[0] * x.shape[1] * weight.shape[0] > 0)
+
+
+def _combine(terms: list[tuple[Fr, Var]]) -> Var:
+    """``sum c * v`` over the terms with ``c != 0`` (a coefficient of 1 or -1 is an add
+    or a subtraction, no product)."""
+    out: Var | None = None
+    for c, v in terms:
+        if c == 0:
+            continue
+        if out is None:
+            out = v if c == 1 else (-v if c == -1 else v * float(c))
+        elif c == 1:
+            out = out + v
+        elif c == -1:
+            out = out - v
+        else:
+            out = out + v * float(c)
+    assert out is not None, "a transform row of zeros"
+    return out
+
+
+def _stack(parts: list[Var], axis: int) -> Var:
+    """``parts`` (same shape) stacked along a new ``axis``: one CONCAT of unit-dim
+    reshapes, which the scheduler stores (one loop nest per part)."""
+    shp = parts[0].shape
+    return Var(concat([p.reshape((*shp[:axis], 1, *shp[axis:])).v for p in parts], axis))
+
+
+def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]) -> Var:
+    """``F.conv2d(x, weight, None, 1, padding)`` for ``x [B, C, H, W]``, ``weight [O, C,
+    3, 3]``: ``[B, O, *outs]``, by F(m x m, 3 x 3) (see the module's docstring)."""
+    from .convolution import window_taps
+    from .movement import pad_with
+
+    b, c, h, w = x.shape
+    o = weight.shape[0]
+    m = tile_size(outs)
+    a = m + 2
+    bt, g, at = TRANSFORMS[m]
+    th, tw = -(-outs[0] // m), -(-outs[1] // m)
+    n = b * th * tw
+    zero = const(0, x.dtype, ())
+
+    # 1. the weight: U[o, i*a + j, c] = sum_pq G[i, p] G[j, q] w[o, c, p, q]
+    taps_w = [[weight.slice((0, 0, p, q), (o, c, 1, 1)).reshape((o, c)) for q in range(3)]
+              for p in range(3)]
+    u = _stack([_combine([(g[i][p] * g[j][q], taps_w[p][q]) for p in range(3)
+                          for q in range(3)]) for i in range(a) for j in range(a)], 1)
+    u = u.permute((1, 0, 2))  # [t, O, C]: a view BLAS reads with ld = t * C
+
+    # 2. the input, columns then rows (the strided reads fall in the smaller pass; the
+    #    rows pass then reads whole tile rows contiguously). Views of [C, B, H, W]: the
+    #    batch is folded into the GEMM's columns
+    # Each column transform is zero-padded along the rows to hp rows, inside its part of
+    # the stored CONCAT (plain stores of zeros around the transform), so every row
+    # window below is a view with no padding of its own (a padded window read by many
+    # parts would be stored by the scheduler, a pass per window).
+    hp = th * m + a - 1
+    xt = x.permute((1, 0, 2, 3)).reshape((c, b * h, w))
+    wins = window_taps(xt, (a,), (m,), (padding[1],), (1,), (tw,))  # each [C, B*H, tw]
+    vpad = [0, 0, padding[0], hp - h - padding[0]]
+    s = _stack([pad_with(_combine([(bt[j][q], wins[q]) for q in range(a)]).reshape(
+        (c, b, h, tw)), vpad, zero) for j in range(a)], 1)  # [C, a, B, hp, tw]
+    s = s.reshape((c * a, b, hp, tw))
+    rows = window_taps(s, (a, 1), (m, 1), (0, 0), (1, 1), (th, tw))
+    rows = [t.reshape((c, a, b * th, tw)) for t in rows]  # each [C, a, B*th, tw]
+
+    def part(r: Var, j: int) -> Var:
+        return r.slice((0, j, 0, 0), (c, 1, b * th, tw)).reshape((c, b * th, tw))
+
+    v = _stack([_combine([(bt[i][p], part(rows[p], j)) for p in range(a)])
+                for i in range(a) for j in range(a)], 1)  # [C, t, B*th, tw]
+    v = v.reshape((c, a * a, n)).permute((1, 0, 2))  # [t, C, N]: BLAS reads it in place
+
+    # 3. one GEMM batched over the tile positions
+    mm = u @ v  # [t, O, N]
+
+    # 4. the output: Y[o, i*m + j] = sum_pq AT[i, p] AT[j, q] M[p*a + q, o], each a
+    #    contiguous row of N tiles per output channel
+    planes = [mm.slice((t, 0, 0), (1, o, n)).reshape((o, n)) for t in range(a * a)]
+    y = _stack([_combine([(at[i][p] * at[j][q], planes[p * a + q]) for p in range(a)
+                          for q in range(a)]) for i in range(m) for j in range(m)], 1)
+    y = y.reshape((o, m, m, b, th, tw)).permute((3, 0, 4, 1, 5, 2))
+    y = y.reshape((b, o, th * m, tw * m))
+    if (th * m, tw * m) != tuple(outs):
+        y = y.slice((0, 0, 0, 0), (b, o, *outs))
+    return y
