@@ -46,7 +46,8 @@ from hologram.isa.builder import Var, concat, const
 #: (BT, G, AT) of F(m x m, 3 x 3) by output tile size m, from the interpolation points
 #: 0, 1, -1 (m = 2) and 0, 1, -1, 2, -2 (m = 4) with the point at infinity (Lavin and
 #: Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
-TRANSFORMS: dict[int, tuple[list[list[Fr]], list[list[Fr]], list[list[Fr]]]] = {
+Matrix = list[list[Fr | int]]
+TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
     2: ([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
         [[1, 0, 0], [Fr(1, 2), Fr(1, 2), Fr(1, 2)], [Fr(1, 2), Fr(-1, 2), Fr(1, 2)],
          [0, 0, 1]],
@@ -58,10 +59,10 @@ TRANSFORMS: dict[int, tuple[list[list[Fr]], list[list[Fr]], list[list[Fr]]]] = {
         [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
 }
 
-#: Output positions per image from which a convolution takes the Winograd path, and the
-#: tile size by the output's smaller side (measured, docs/perf.md "Session 13, CNN
-#: inference"): at 7x7 (ResNet-18's last stage) the tiles overhang the output and the
-#: transformed weight (16 or 36 x O x C) costs more memory traffic than it saves.
+#: Output positions per image from which a convolution takes the Winograd path
+#: (measured, docs/perf.md "Session 13, CNN inference"): at 7x7 (ResNet-18's last
+#: stage) the tiles overhang the output and the transformed weight (16 x O x C, 16 MB
+#: per call there) costs what the products save; the whole model ran 5% slower.
 MIN_POSITIONS = 196
 #: dtypes Winograd runs on (see the module's docstring: float64 stays direct).
 DTYPES = ("f32",)
@@ -73,8 +74,9 @@ def enabled() -> bool:
 
 
 def tile_size(outs: tuple[int, ...]) -> int:
-    """m for an output of ``outs`` positions: 4 where the tiles cover it exactly or
-    nearly, else 2."""
+    """m for an output of ``outs`` positions: 4 where 4x4 tiles cover it exactly, else 2
+    (measured on ResNet-18: m = 4 also at 14x14, whose tiles overhang to 16x16, ran 6%
+    slower, m = 2 everywhere 8%)."""
     return 4 if all(o % 4 == 0 for o in outs) else 2
 
 
@@ -88,7 +90,7 @@ def applies(x: Var, weight: Var, stride: tuple[int, ...], dilation: tuple[int, .
             and x.shape[0] * x.shape[1] * weight.shape[0] > 0)
 
 
-def _combine(terms: list[tuple[Fr, Var]]) -> Var:
+def _combine(terms: list[tuple[Fr | int, Var]]) -> Var:
     """``sum c * v`` over the terms with ``c != 0`` (a coefficient of 1 or -1 is an add
     or a subtraction, no product)."""
     out: Var | None = None
