@@ -20,6 +20,10 @@ element-wise ops and the library GEMM), no instruction of its own:
   epilogue, per tile while it is in cache, so batch norm costs no pass of its own
   without being folded into the weight (which would need the weight to be a constant:
   hologram does not assume that).
+* **Winograd** (dense 3x3 stride-1 float32 with >= 196 output positions per image):
+  F(4x4 or 2x2, 3x3) in :mod:`.winograd`, one GEMM batched over the tile positions with
+  4x or 2.25x fewer multiply-adds; the im2col GEMM above already ran near one core's
+  peak, so only fewer products could pass Inductor (docs/perf.md, "Session 13").
 * **Direct** (one input channel per group: depthwise): the sum over taps of tap times
   weight is element-wise over views, so the scheduler fuses it into one kernel that
   reads the input ``prod(kernel)`` times from cache and writes the output once; a GEMM
