@@ -109,6 +109,25 @@ def _combine(terms: list[tuple[Fr | int, Var]]) -> Var:
     return out
 
 
+def _along(values: list[Fr], axis: int, ndim: int, like: Var) -> Var | None:
+    """``values`` as a constant vector along ``axis`` of an ``ndim``-D shape (size 1
+    elsewhere; a CONCAT of constants, computed where it is read), or None if all are 0.
+    A transform's row as a vector lets one CONCAT part hold a whole row of tile
+    positions: 6 parts where 36 (one per position) made ResNet-18's C source 6x
+    longer and its cold first call 2.7x slower (docs/perf.md, "Session 13")."""
+    if not any(values):
+        return None
+    one = (1,) * ndim
+    return Var(concat([const(float(v), like.dtype, one) for v in values], axis))
+
+
+def _sum(terms: list[Var]) -> Var:
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
 def _stack(parts: list[Var], axis: int) -> Var:
     """``parts`` (same shape) stacked along a new ``axis``: one CONCAT of unit-dim
     reshapes, which the scheduler stores (one loop nest per part)."""
@@ -131,12 +150,16 @@ def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]
     n = b * th * tw
     zero = const(0, x.dtype, ())
 
-    # 1. the weight: U[o, i*a + j, c] = sum_pq G[i, p] G[j, q] w[o, c, p, q]
-    taps_w = [[weight.slice((0, 0, p, q), (o, c, 1, 1)).reshape((o, c)) for q in range(3)]
+    # 1. the weight: U[o, i, j, c] = sum_pq G[i, p] G[j, q] w[o, c, p, q], one part per i
+    #    (the j axis a vector of coefficients)
+    taps_w = [[weight.slice((0, 0, p, q), (o, c, 1, 1)).reshape((o, 1, c)) for q in range(3)]
               for p in range(3)]
-    u = _stack([_combine([(g[i][p] * g[j][q], taps_w[p][q]) for p in range(3)
-                          for q in range(3)]) for i in range(a) for j in range(a)], 1)
-    u = u.permute((1, 0, 2))  # [t, O, C]: a view BLAS reads with ld = t * C
+    u_parts = []
+    for i in range(a):
+        terms = [(taps_w[p][q], _along([g[i][p] * g[j][q] for j in range(a)], 1, 3, weight))
+                 for p in range(3) for q in range(3)]
+        u_parts.append(_sum([t * vec for t, vec in terms if vec is not None]))
+    u = _stack(u_parts, 1).reshape((o, a * a, c)).permute((1, 0, 2))  # [t, O, C]: a view
 
     # 2. the input, columns then rows (the strided reads fall in the smaller pass; the
     #    rows pass then reads whole tile rows contiguously). Views of [C, B, H, W]: the
@@ -155,21 +178,22 @@ def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]
     rows = window_taps(s, (a, 1), (m, 1), (0, 0), (1, 1), (th, tw))
     rows = [t.reshape((c, a, b * th, tw)) for t in rows]  # each [C, a, B*th, tw]
 
-    def part(r: Var, j: int) -> Var:
-        return r.slice((0, j, 0, 0), (c, 1, b * th, tw)).reshape((c, b * th, tw))
-
-    v = _stack([_combine([(bt[i][p], part(rows[p], j)) for p in range(a)])
-                for i in range(a) for j in range(a)], 1)  # [C, t, B*th, tw]
-    v = v.reshape((c, a * a, n)).permute((1, 0, 2))  # [t, C, N]: BLAS reads it in place
+    # one part per i, each over every j (the rows carry the j axis along)
+    v = _stack([_combine([(bt[i][p], rows[p]) for p in range(a)]) for i in range(a)], 1)
+    v = v.reshape((c, a * a, n)).permute((1, 0, 2))  # [C, a, a, ...] as [t, C, N]: a view
 
     # 3. one GEMM batched over the tile positions
     mm = u @ v  # [t, O, N]
 
-    # 4. the output: Y[o, i*m + j] = sum_pq AT[i, p] AT[j, q] M[p*a + q, o], each a
-    #    contiguous row of N tiles per output channel
-    planes = [mm.slice((t, 0, 0), (1, o, n)).reshape((o, n)) for t in range(a * a)]
-    y = _stack([_combine([(at[i][p] * at[j][q], planes[p * a + q]) for p in range(a)
-                          for q in range(a)]) for i in range(m) for j in range(m)], 1)
+    # 4. the output: Y[o, i, j, n] = sum_pq AT[i, p] AT[j, q] M[p*a + q, o, n], one part per
+    #    i (the j axis a vector of coefficients), each a row of N tiles per channel
+    planes = [mm.slice((t, 0, 0), (1, o, n)).reshape((o, 1, n)) for t in range(a * a)]
+    y_parts = []
+    for i in range(m):
+        terms = [(planes[p * a + q], _along([at[i][p] * at[j][q] for j in range(m)], 1, 3, x))
+                 for p in range(a) for q in range(a)]
+        y_parts.append(_sum([t * vec for t, vec in terms if vec is not None]))
+    y = _stack(y_parts, 1)  # [O, m, m, N]
     y = y.reshape((o, m, m, b, th, tw)).permute((3, 0, 4, 1, 5, 2))
     y = y.reshape((b, o, th * m, tw * m))
     if (th * m, tw * m) != tuple(outs):
