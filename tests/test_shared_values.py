@@ -174,3 +174,45 @@ def test_a_product_reshaped_to_an_output_is_written_there(native_cpu: hg.Executo
     steps = schedule.plan(b.program(shared, [("f32", (6, 20)), ("f32", (20, 36))]),
                           set()).steps
     assert [s.out.kind for s in steps if isinstance(s, schedule.GemmPlan)] == ["tmp"]
+
+
+def _costly_concat(x, y):
+    """A CONCAT of 16 parts, each a 9-term sum of windows of ``x`` (a Winograd output
+    transform's shape), read once, through a permute, by an element-wise tail."""
+    n = x.shape[1]
+    planes = [x.slice((t, 0), (1, n)).reshape((n,)) for t in range(9)]
+    parts = []
+    for i in range(16):
+        s = planes[0] * float(i + 1)
+        for p in planes[1:]:
+            s = s + p
+        parts.append(s.reshape((1, n)))
+    cat = b.Var(b.concat([p.v for p in parts], 0))
+    return ((cat.permute((1, 0)) * y).maximum(0.0),)
+
+
+def test_a_costly_concat_read_once_is_stored() -> None:
+    """Inlined, a CONCAT is a select chain that computes every part for each element, so
+    even one reader pays the parts' summed work: stored. A cheap one (zero padding
+    around a window: three parts, no arithmetic) stays inline."""
+    n = 4096
+    p = b.program(_costly_concat, [("f32", (9, n)), ("f32", (n, 16))])
+    chosen = [v for v in p.instructions if id(v) in _chosen(p)]
+    assert [v.op.value for v in chosen] == ["concat"]
+
+    def padded(x):
+        z = b.const(0.0, "f32", (x.shape[0], 1))
+        return ((b.Var(b.concat([z, x.v, z], 1)) * 2.0).sum(1),)
+
+    assert _chosen(b.program(padded, [("f32", (64, 256))])) == set()
+
+
+def test_a_stored_concat_agrees_with_the_reference(native_cpu: hg.Executor) -> None:
+    n = 4096
+    p = b.program(_costly_concat, [("f32", (9, n)), ("f32", (n, 16))])
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((9, n)).astype(np.float32)
+    x[2, 7], x[4, 100] = np.nan, -np.inf
+    y = rng.standard_normal((n, 16)).astype(np.float32)
+    (got,), (want,) = compiled_and_reference(native_cpu, p, [x, y])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

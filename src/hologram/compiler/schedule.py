@@ -470,7 +470,12 @@ SHARED_MIN_SIZE = 1 << 16
 # instructions and full-size reads of its inlined expression. A 7x7 depthwise
 # convolution (49 taps) read by a layer norm's three phases, or a normalized activation
 # read by 49 taps of the next convolution, were recomputed by each (docs/perf.md,
-# "Session 11, CNN"). From this size up: below it a kernel launch costs more.
+# "Session 11, CNN"). From this size up: below it a kernel launch costs more. A CONCAT
+# counts all its readers, not one less: inlined, it is a select chain that computes
+# every part for each element it gives, so even one reader pays the parts' summed work
+# per element (a Winograd output transform, 16 parts of ~20 terms each, read once by
+# the batch norm after it, ran 14x slower inlined; docs/perf.md, "Session 13, CNN
+# inference").
 SHARED_MIN_WORK = 64
 SHARED_WORK_MIN_SIZE = 1 << 12
 _WORK_CAP = 1 << 20
@@ -515,7 +520,7 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
         deps = frozenset().union(*(leaves.get(id(s), frozenset()) for s in srcs))
         w = min(_WORK_CAP, int(v.op not in MOVEMENT) + sum(
             work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
-        many = readers.get(id(v), 0) - 1
+        many = readers.get(id(v), 0) - (v.op is not Op.CONCAT)
         if v.op not in MOVEMENT and (
                 (group(v.op) in ELEMENTWISE and v.size >= SHARED_MIN_SIZE
                  and len(users.get(id(v), [])) >= 2

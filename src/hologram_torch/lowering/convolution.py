@@ -20,6 +20,10 @@ element-wise ops and the library GEMM), no instruction of its own:
   epilogue, per tile while it is in cache, so batch norm costs no pass of its own
   without being folded into the weight (which would need the weight to be a constant:
   hologram does not assume that).
+* **Winograd** (dense 3x3 stride-1 float32 with >= 196 output positions per image):
+  F(4x4 or 2x2, 3x3) in :mod:`.winograd`, one GEMM batched over the tile positions with
+  4x or 2.25x fewer multiply-adds; the im2col GEMM above already ran near one core's
+  peak, so only fewer products could pass Inductor (docs/perf.md, "Session 13").
 * **Direct** (one input channel per group: depthwise): the sum over taps of tap times
   weight is element-wise over views, so the scheduler fuses it into one kernel that
   reads the input ``prod(kernel)`` times from cache and writes the output once; a GEMM
@@ -49,6 +53,7 @@ import torch
 from hologram.isa.builder import Var, concat, const
 from hologram.isa.value import Value
 
+from . import winograd
 from .context import Ctx, Unsupported, isa_dtype
 from .movement import pad_with
 from .reductions import staged_sum
@@ -256,6 +261,8 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
             y = xi * wi if y is None else y + xi * wi
         assert y is not None
         y = y.reshape((b, o, *outs))
+    elif winograd.applies(x, weight, tuple(stride), tuple(dilation), groups, tuple(outs)):
+        y = winograd.conv3x3(x, weight, tuple(padding), tuple(outs))
     elif groups == 1 and b > 1 and math.prod(outs) <= FOLD_MAX_POSITIONS:
         y = _batch_folded(x, weight, stride, padding, dilation, outs)
     else:

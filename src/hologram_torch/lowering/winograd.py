@@ -1,0 +1,201 @@
+"""3x3 stride-1 convolutions by Winograd's minimal filtering, F(m x m, 3 x 3).
+
+Why: an im2col convolution is a GEMM of ``O x 9C x L`` multiply-adds, and on
+ResNet-18 at batch 8 hologram's GEMMs already ran at ~165 GFLOP/s per core (near this
+machine's single-core peak), so no layout of the column matrix could bring the call
+below the GEMM's own time, which is about what Inductor's whole call costs
+(docs/perf.md, "Session 13, CNN inference"). Winograd's F(m, 3) computes each ``m x
+m`` output tile from an ``(m+2) x (m+2)`` input tile with ``(m+2)^2`` products per
+input and output channel pair instead of ``9 m^2``: 2.25x fewer at m = 2, 4x at m = 4.
+The products are ``(m+2)^2`` independent GEMMs ``U[t] (O x C) @ V[t] (C x tiles)``,
+one batched GEMM; the transforms around it are element-wise over views.
+
+Built, like every convolution here, from existing instructions (views, CONCAT,
+element-wise arithmetic, the library GEMM), so its meaning is the same on every
+backend and in the reference interpreter:
+
+1. Weight: ``U = G g G^T`` per (output, input) channel, stored ``[O, t, C]`` (one
+   CONCAT whose units are output channels: each reads its own 9C weights from cache).
+2. Input, in two passes so every read is a view with few terms: rows, ``R_i = sum_p
+   BT[i, p] x[m*ty + p]`` (windows of the unpadded input, padded with zeros:
+   ``convolution.window_taps``), stored ``[C, a, B, th, W]``; then columns, ``V_ij =
+   sum_q BT[j, q] R_i[m*tx + q]``, stored ``[C, t, B*th*tw]``.
+3. ``M[t] = U[t] @ V[t]``: one GEMM batched over the ``t = a^2`` tile positions, each
+   ``[O, C] x [C, B*th*tw]`` (the batch folded into the columns, as
+   ``convolution._batch_folded`` does).
+4. Output: ``Y_ij = sum_pq AT[i, p] AT[j, q] M[p*a + q]``, stored ``[O, m*m, B*th*tw]``
+   (units are output channels: each reads its ``t`` rows of M from cache), viewed back
+   as ``[B, O, H, W]`` (tiles that overhang the output are cropped).
+
+Numerics: the transforms add and subtract values of one tile, so a non-finite input
+element reaches every output of its tile(s): an ``inf`` gives ``inf - inf = NaN``
+where the direct sum gives ``inf``, and a NaN spreads to tile neighbours whose windows
+do not contain it (oneDNN's and cuDNN's Winograd kernels behave the same). Finite
+results differ from the direct sum by rounding only (relative ~1e-6 at float32 for m
+= 4). Hence Winograd runs only on float32 (float64 asks for exactness and stays
+direct) and only where ``HOLOGRAM_CONV`` is not ``direct`` (README, limitations).
+"""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction as Fr
+
+from hologram.isa.builder import Var, concat, const
+
+#: (BT, G, AT) of F(m x m, 3 x 3) by output tile size m, from the interpolation points
+#: 0, 1, -1 (m = 2) and 0, 1, -1, 2, -2 (m = 4) with the point at infinity (Lavin and
+#: Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
+Matrix = list[list[Fr | int]]
+TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
+    2: ([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]],
+        [[1, 0, 0], [Fr(1, 2), Fr(1, 2), Fr(1, 2)], [Fr(1, 2), Fr(-1, 2), Fr(1, 2)],
+         [0, 0, 1]],
+        [[1, 1, 1, 0], [0, 1, -1, -1]]),
+    4: ([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+         [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]],
+        [[Fr(1, 4), 0, 0], [Fr(-1, 6), Fr(-1, 6), Fr(-1, 6)], [Fr(-1, 6), Fr(1, 6), Fr(-1, 6)],
+         [Fr(1, 24), Fr(1, 12), Fr(1, 6)], [Fr(1, 24), Fr(-1, 12), Fr(1, 6)], [0, 0, 1]],
+        [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
+}
+
+#: Output positions per image from which a convolution takes the Winograd path
+#: (measured, docs/perf.md "Session 13, CNN inference"): at 7x7 (ResNet-18's last
+#: stage) the tiles overhang the output and the transformed weight (16 x O x C, 16 MB
+#: per call there) costs what the products save; the whole model ran 5% slower.
+MIN_POSITIONS = 196
+#: dtypes Winograd runs on (see the module's docstring: float64 stays direct).
+DTYPES = ("f32",)
+
+
+def enabled() -> bool:
+    """``HOLOGRAM_CONV=direct`` keeps every convolution on the direct (im2col) path."""
+    return os.environ.get("HOLOGRAM_CONV", "").strip().lower() != "direct"
+
+
+def tile_size(outs: tuple[int, ...]) -> int:
+    """m for an output of ``outs`` positions: 4 where 4x4 tiles cover it exactly, else 2
+    (measured on ResNet-18: m = 4 also at 14x14, whose tiles overhang to 16x16, ran 6%
+    slower, m = 2 everywhere 8%)."""
+    return 4 if all(o % 4 == 0 for o in outs) else 2
+
+
+def applies(x: Var, weight: Var, stride: tuple[int, ...], dilation: tuple[int, ...],
+            groups: int, outs: tuple[int, ...]) -> bool:
+    """Whether ``conv_nd`` takes this path: a dense 2-D 3x3 stride-1 convolution at
+    float32 with at least MIN_POSITIONS output positions per image."""
+    return (enabled() and x.dtype.name in DTYPES and x.ndim == 4 and groups == 1
+            and tuple(weight.shape[2:]) == (3, 3) and stride == (1, 1)
+            and dilation == (1, 1) and outs[0] * outs[1] >= MIN_POSITIONS
+            and x.shape[0] * x.shape[1] * weight.shape[0] > 0)
+
+
+def _combine(terms: list[tuple[Fr | int, Var]]) -> Var:
+    """``sum c * v`` over the terms with ``c != 0`` (a coefficient of 1 or -1 is an add
+    or a subtraction, no product)."""
+    out: Var | None = None
+    for c, v in terms:
+        if c == 0:
+            continue
+        if out is None:
+            out = v if c == 1 else (-v if c == -1 else v * float(c))
+        elif c == 1:
+            out = out + v
+        elif c == -1:
+            out = out - v
+        else:
+            out = out + v * float(c)
+    assert out is not None, "a transform row of zeros"
+    return out
+
+
+def _along(values: list[Fr], axis: int, ndim: int, like: Var) -> Var | None:
+    """``values`` as a constant vector along ``axis`` of an ``ndim``-D shape (size 1
+    elsewhere; a CONCAT of constants, computed where it is read), or None if all are 0.
+    A transform's row as a vector lets one CONCAT part hold a whole row of tile
+    positions: 6 parts where 36 (one per position) made ResNet-18's C source 6x
+    longer and its cold first call 2.7x slower (docs/perf.md, "Session 13")."""
+    if not any(values):
+        return None
+    one = (1,) * ndim
+    return Var(concat([const(float(v), like.dtype, one) for v in values], axis))
+
+
+def _sum(terms: list[Var]) -> Var:
+    out = terms[0]
+    for t in terms[1:]:
+        out = out + t
+    return out
+
+
+def _stack(parts: list[Var], axis: int) -> Var:
+    """``parts`` (same shape) stacked along a new ``axis``: one CONCAT of unit-dim
+    reshapes, which the scheduler stores (one loop nest per part)."""
+    shp = parts[0].shape
+    return Var(concat([p.reshape((*shp[:axis], 1, *shp[axis:])).v for p in parts], axis))
+
+
+def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]) -> Var:
+    """``F.conv2d(x, weight, None, 1, padding)`` for ``x [B, C, H, W]``, ``weight [O, C,
+    3, 3]``: ``[B, O, *outs]``, by F(m x m, 3 x 3) (see the module's docstring)."""
+    from .convolution import window_taps
+    from .movement import pad_with
+
+    b, c, h, w = x.shape
+    o = weight.shape[0]
+    m = tile_size(outs)
+    a = m + 2
+    bt, g, at = TRANSFORMS[m]
+    th, tw = -(-outs[0] // m), -(-outs[1] // m)
+    n = b * th * tw
+    zero = const(0, x.dtype, ())
+
+    # 1. the weight: U[o, i, j, c] = sum_pq G[i, p] G[j, q] w[o, c, p, q], one part per i
+    #    (the j axis a vector of coefficients)
+    taps_w = [[weight.slice((0, 0, p, q), (o, c, 1, 1)).reshape((o, 1, c)) for q in range(3)]
+              for p in range(3)]
+    u_parts = []
+    for i in range(a):
+        terms = [(taps_w[p][q], _along([g[i][p] * g[j][q] for j in range(a)], 1, 3, weight))
+                 for p in range(3) for q in range(3)]
+        u_parts.append(_sum([t * vec for t, vec in terms if vec is not None]))
+    u = _stack(u_parts, 1).reshape((o, a * a, c)).permute((1, 0, 2))  # [t, O, C]: a view
+
+    # 2. the input, columns then rows (the strided reads fall in the smaller pass; the
+    #    rows pass then reads whole tile rows contiguously). Views of [C, B, H, W]: the
+    #    batch is folded into the GEMM's columns
+    # Each column transform is zero-padded along the rows to hp rows, inside its part of
+    # the stored CONCAT (plain stores of zeros around the transform), so every row
+    # window below is a view with no padding of its own (a padded window read by many
+    # parts would be stored by the scheduler, a pass per window).
+    hp = th * m + a - 1
+    xt = x.permute((1, 0, 2, 3)).reshape((c, b * h, w))
+    wins = window_taps(xt, (a,), (m,), (padding[1],), (1,), (tw,))  # each [C, B*H, tw]
+    vpad = [0, 0, padding[0], hp - h - padding[0]]
+    s = _stack([pad_with(_combine([(bt[j][q], wins[q]) for q in range(a)]).reshape(
+        (c, b, h, tw)), vpad, zero) for j in range(a)], 1)  # [C, a, B, hp, tw]
+    s = s.reshape((c * a, b, hp, tw))
+    rows = window_taps(s, (a, 1), (m, 1), (0, 0), (1, 1), (th, tw))
+    rows = [t.reshape((c, a, b * th, tw)) for t in rows]  # each [C, a, B*th, tw]
+
+    # one part per i, each over every j (the rows carry the j axis along)
+    v = _stack([_combine([(bt[i][p], rows[p]) for p in range(a)]) for i in range(a)], 1)
+    v = v.reshape((c, a * a, n)).permute((1, 0, 2))  # [C, a, a, ...] as [t, C, N]: a view
+
+    # 3. one GEMM batched over the tile positions
+    mm = u @ v  # [t, O, N]
+
+    # 4. the output: Y[o, i, j, n] = sum_pq AT[i, p] AT[j, q] M[p*a + q, o, n], one part per
+    #    i (the j axis a vector of coefficients), each a row of N tiles per channel
+    planes = [mm.slice((t, 0, 0), (1, o, n)).reshape((o, 1, n)) for t in range(a * a)]
+    y_parts = []
+    for i in range(m):
+        terms = [(planes[p * a + q], _along([at[i][p] * at[j][q] for j in range(m)], 1, 3, x))
+                 for p in range(a) for q in range(a)]
+        y_parts.append(_sum([t * vec for t, vec in terms if vec is not None]))
+    y = _stack(y_parts, 1)  # [O, m, m, N]
+    y = y.reshape((o, m, m, b, th, tw)).permute((3, 0, 4, 1, 5, 2))
+    y = y.reshape((b, o, th * m, tw * m))
+    if (th * m, tw * m) != tuple(outs):
+        y = y.slice((0, 0, 0, 0), (b, o, *outs))
+    return y
