@@ -212,34 +212,58 @@ def _attr_key(v: Any) -> str:
     return repr(v)
 
 
-def structural_key(v: Value) -> bytes:
-    """A content digest of ``v`` and everything it depends on: opcode, dtype, shape,
-    attributes and the operands' keys, never object ids or build order. Memoized."""
-    got = _KEYS.get(v)
+def _digest(v: Value, memo: weakref.WeakKeyDictionary[Value, bytes],
+            skip: Callable[[Value, str], bool]) -> bytes:
+    """A content digest of ``v`` and everything it depends on (opcode, dtype, shape,
+    attributes but those ``skip`` names, the operands' digests), memoized in ``memo``."""
+    got = memo.get(v)
     if got is not None:
         return got
     # post-order over the operands not keyed yet (iterative: programs can be deep)
     stack: list[tuple[Value, bool]] = [(v, False)]
     while stack:
         n, ready = stack.pop()
-        if n in _KEYS:
+        if n in memo:
             continue
         if not ready:
             stack.append((n, True))
-            stack.extend((s, False) for s in n.srcs if s not in _KEYS)
+            stack.extend((s, False) for s in n.srcs if s not in memo)
             continue
         h = hashlib.blake2b(digest_size=16)
-        attrs = ";".join(f"{k}={_attr_key(x)}" for k, x in n.attrs)
+        attrs = ";".join(f"{k}={_attr_key(x)}" for k, x in n.attrs if not skip(n, k))
         h.update(f"{n.op.value}|{n.dtype.name}|{n.shape}|{attrs}|".encode())
         for s in n.srcs:
-            h.update(_KEYS[s])
-        _KEYS[n] = h.digest()
-    return _KEYS[v]
+            h.update(memo[s])
+        memo[n] = h.digest()
+    return memo[v]
 
 
-def order_key(v: Value) -> tuple[bool, bytes]:
-    """Sort key for commutative operands: by structural key, constants last."""
-    return (v.op is Op.CONST, structural_key(v))
+def structural_key(v: Value) -> bytes:
+    """A content digest of ``v`` and everything it depends on: opcode, dtype, shape,
+    attributes and the operands' keys, never object ids or build order. Memoized."""
+    return _digest(v, _KEYS, lambda n, k: False)
+
+
+_FORM_KEYS: weakref.WeakKeyDictionary[Value, bytes] = weakref.WeakKeyDictionary()
+
+
+def _which_input(n: Value, k: str) -> bool:
+    return n.op is Op.LDG and k in ("in", "phi")
+
+
+def form_key(v: Value) -> bytes:
+    """:func:`structural_key` without which program input each load reads: equal for
+    the same computation over other buffers (a model's repeated layers)."""
+    return _digest(v, _FORM_KEYS, _which_input)
+
+
+def order_key(v: Value) -> tuple[bool, bytes, bytes]:
+    """Sort key for commutative operands: constants last, then by the computation's
+    form, then by its full structural key. The form first, so that repeated layers,
+    which differ only in the buffers they read, order their operands alike and render
+    to the same C (``compiler/shared_bodies.py`` then compiles it once); with the full
+    key first the order followed the digests of each layer's input numbers."""
+    return (v.op is Op.CONST, form_key(v), structural_key(v))
 
 
 # --------------------------------------------------------------------------- engine
