@@ -64,6 +64,11 @@ TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
 #: stage) the tiles overhang the output and the transformed weight (16 x O x C, 16 MB
 #: per call there) costs what the products save; the whole model ran 5% slower.
 MIN_POSITIONS = 196
+#: Images per call from which a convolution takes the Winograd path: at batch 1 the
+#: transforms' C (ResNet-18: 2.7 -> 4.9 s for a cold first call, 0.24 of Inductor's
+#: against the issue's fifth) buys 4% of a call (31.0 -> 29.8 ms on one thread,
+#: docs/perf.md "Session 13, CNN inference"); at batch 8 it is a third of the call.
+MIN_BATCH = 2
 #: dtypes Winograd runs on (see the module's docstring: float64 stays direct).
 DTYPES = ("f32",)
 
@@ -83,10 +88,12 @@ def tile_size(outs: tuple[int, ...]) -> int:
 def applies(x: Var, weight: Var, stride: tuple[int, ...], dilation: tuple[int, ...],
             groups: int, outs: tuple[int, ...]) -> bool:
     """Whether ``conv_nd`` takes this path: a dense 2-D 3x3 stride-1 convolution at
-    float32 with at least MIN_POSITIONS output positions per image."""
+    float32 with at least MIN_POSITIONS output positions per image and MIN_BATCH
+    images."""
     return (enabled() and x.dtype.name in DTYPES and x.ndim == 4 and groups == 1
             and tuple(weight.shape[2:]) == (3, 3) and stride == (1, 1)
             and dilation == (1, 1) and outs[0] * outs[1] >= MIN_POSITIONS
+            and x.shape[0] >= MIN_BATCH
             and x.shape[0] * x.shape[1] * weight.shape[0] > 0)
 
 
