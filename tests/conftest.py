@@ -32,6 +32,22 @@ def native_cpu():
         pytest.skip("no C compiler: the cpu backend is the reference interpreter")
     return e
 
+
+
+@pytest.fixture(scope="module")
+def emulated_cuda():
+    """An executor on the emulated CUDA device (CUDA C compiled for the host), one per
+    test module."""
+    import hologram as hg
+
+    from .cuda_env import cuda_device
+
+    with cuda_device("emulated"):
+        ex = hg.Executor("cuda")
+        yield ex
+        ex.close()
+
+
 # torchvision (a test dependency: the CNNs of tests/test_torch_cnn.py) is imported here,
 # before any test imports transformers, which imports torchvision when it is installed
 # and fails with it where torchvision's wheel does not match torch's build

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from hologram.backends.reference import evaluate
@@ -403,3 +404,24 @@ def int_index_case(dtype: str, idt: str, seed: int = 1) -> tuple[Any, list[np.nd
     y = rng.integers(info.min, info.max, (9, 40), dtype=info.dtype, endpoint=True)
     i = rng.integers(0, 9, (9, 40)).astype(to_dtype(idt).np_dtype)
     return p, [x, y, i]
+
+
+#: Hypothesis settings of the half-precision random-program tests (CPU and emulated
+#: CUDA): fewer examples, each a compile.
+HALF_SETTINGS = settings(max_examples=25, deadline=None,
+                         suppress_health_check=[HealthCheck.too_slow,
+                                                HealthCheck.data_too_large])
+
+
+def near_ties(t: np.dtype, n: int = 400, seed: int = 5) -> np.ndarray:
+    """float64 values where converting to the 16-bit float ``t`` can round twice: ``n``
+    exact midpoints between neighbours, ``n`` a hair (2**-40 relative) past them, and
+    200 ordinary values: a conversion through f32 rounds a hair-past value to the tie,
+    then to even, instead of to the far neighbour."""
+    finite = np.unique(np.arange(2**16, dtype=np.uint16).view(t).astype(np.float64))
+    finite = finite[np.isfinite(finite)]
+    rng = np.random.default_rng(seed)
+    pick = rng.choice(len(finite) - 1, n, replace=False)
+    mids = (finite[pick] + finite[pick + 1]) / 2
+    hair = mids + np.where(rng.random(n) < 0.5, 1, -1) * np.abs(mids) * 2.0**-40
+    return np.concatenate([mids, hair, rng.standard_normal(200) * 1e3])

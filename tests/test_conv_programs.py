@@ -123,17 +123,6 @@ def test_convolution_backward_on_webgpu_float32(name):
         np.testing.assert_allclose(gv, wv, rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture(scope="module")
-def emulated_cuda():
-    """An executor on the emulated CUDA device (CUDA C compiled for the host)."""
-    from .cuda_env import cuda_device
-
-    with cuda_device("emulated"):
-        ex = hg.Executor("cuda")
-        yield ex
-        ex.close()
-
-
 @pytest.mark.parametrize("name", ["dense 3x3 pad", "folded 3x3 s2", "folded 1x1 s2",
                                   "folded dilated"])
 def test_convolution_runs_on_emulated_cuda(emulated_cuda, name):

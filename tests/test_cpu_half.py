@@ -13,13 +13,13 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from hologram.isa import builder as b
 from hologram.isa.dtypes import bf16
 
-from .programs import compiled_and_reference, programs
+from .programs import HALF_SETTINGS, compiled_and_reference, near_ties, programs
 from .test_cuda_half import DTYPES, _inputs, _nearest_even, _np, _tolerance, _tricky_f32
 from .test_differential import assert_close
 from .test_fusion import CASES
@@ -53,20 +53,13 @@ def test_f64_and_integer_conversions_round_once(native_cpu, dtype):
     """f64 -> dtype rounds once (bf16: through float rounded to odd), not twice through
     f32; an i64 above 2**24 too."""
     t = _np(dtype)
-    finite = np.unique(np.arange(2**16, dtype=np.uint16).view(t).astype(np.float64))
-    finite = finite[np.isfinite(finite)]
-    rng = np.random.default_rng(5)
-    pick = rng.choice(len(finite) - 1, 400, replace=False)
-    mids = (finite[pick] + finite[pick + 1]) / 2
-    hair = mids + np.where(rng.random(400) < 0.5, 1, -1) * np.abs(mids) * 2.0**-40
-    x = np.concatenate([mids, hair, rng.standard_normal(200) * 1e3,
-                        [0.0, -0.0, 1e300, -1e-300, 65520.0, 3.3961e38, -1e-45]])
+    x = np.concatenate([near_ties(t), [0.0, -0.0, 1e300, -1e-300, 65520.0, 3.3961e38, -1e-45]])
     p = b.program(lambda v: v.cast(dtype).cast("f64"), [("f64", x.shape)])
     out = np.zeros(x.shape)
     native_cpu.launch(p, [x], [out])
     want = np.array([_nearest_even(float(v), dtype) for v in x])
     np.testing.assert_array_equal(out, want)
-    assert (np.float32(hair).astype(t).astype(np.float64) != want[400:800]).any()
+    assert (np.float32(x[400:800]).astype(t).astype(np.float64) != want[400:800]).any()
     ints = np.array([2**24 + 1, 2**30 + 2**22 + 1, -(2**40) - 2**33 - 1, 7, 0], np.int64)
     p = b.program(lambda v: v.cast(dtype).cast("f64"), [("i64", ints.shape)])
     out = np.zeros(ints.shape)
@@ -100,8 +93,7 @@ def test_composites_match_reference(native_cpu, name, dtype):
     _check(native_cpu, p, _inputs(small, zlib.crc32(name.encode())), dtype, ulps)
 
 
-SETTINGS = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = HALF_SETTINGS
 
 
 @SETTINGS

@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import hologram as hg
@@ -24,7 +24,7 @@ from hologram.isa import builder as b
 from hologram.isa.dtypes import bf16
 
 from .cuda_env import cuda_device, cuda_executors
-from .programs import compiled_and_reference, programs, random_inputs
+from .programs import HALF_SETTINGS, compiled_and_reference, near_ties, programs, random_inputs
 from .test_differential import assert_close
 from .test_fusion import CASES
 
@@ -120,21 +120,14 @@ def test_f64_conversions_round_once(executors, dtype):
     f32: values a hair past a tie, which a detour through f32 would round to the tie
     and then to even, go to the far neighbour."""
     t = _np(dtype)
-    finite = np.unique(np.arange(2**16, dtype=np.uint16).view(t).astype(np.float64))
-    finite = finite[np.isfinite(finite)]
-    rng = np.random.default_rng(5)
-    pick = rng.choice(len(finite) - 1, 400, replace=False)
-    mids = (finite[pick] + finite[pick + 1]) / 2
-    hair = mids + np.where(rng.random(400) < 0.5, 1, -1) * np.abs(mids) * 2.0**-40
-    x = np.concatenate([mids, hair, rng.standard_normal(200) * 1e3, [0.0, -0.0, 1e300,
-                                                                     -1e-300, 65520.0]])
+    x = np.concatenate([near_ties(t), [0.0, -0.0, 1e300, -1e-300, 65520.0]])
     p = b.program(lambda v: v.cast(dtype).cast("f64"), [("f64", x.shape)])
     ex, _ = executors[0]
     out = np.zeros(x.shape)
     ex.launch(p, [x], [out])
     want = np.array([_nearest_even(float(v), dtype) for v in x])
     np.testing.assert_array_equal(out, want)
-    assert (np.float32(hair).astype(t).astype(np.float64) != want[400:800]).any(), \
+    assert (np.float32(x[400:800]).astype(t).astype(np.float64) != want[400:800]).any(), \
         "no value here tells one rounding from two"
 
 
@@ -191,8 +184,7 @@ def test_half_gemms_run_on_cublas_in_float(executors, dtype):
     _check(executors, p, inputs, dtype, 16)
 
 
-SETTINGS = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = HALF_SETTINGS
 
 
 @SETTINGS

@@ -143,17 +143,6 @@ def test_winograd_on_webgpu(name):
     _close(np.asarray(got), want)
 
 
-@pytest.fixture(scope="module")
-def emulated_cuda():
-    """An executor on the emulated CUDA device (CUDA C compiled for the host)."""
-    from .cuda_env import cuda_device
-
-    with cuda_device("emulated"):
-        ex = hg.Executor("cuda")
-        yield ex
-        ex.close()
-
-
 @pytest.mark.parametrize("name", ["m4 no padding", "m2 pad 2"])
 def test_winograd_on_emulated_cuda(emulated_cuda, name):
     from .programs import compiled_and_reference
