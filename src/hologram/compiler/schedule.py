@@ -508,11 +508,8 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
     for v in program.instructions:
         if v.op is Op.STG:
             continue
-        if id(v) in one_loop:  # its readers all end in one loop (merge_siblings)
-            leaves[id(v)] = frozenset().union(*(leaves.get(id(s), frozenset())
-                                                for s in v.srcs))
-            work[id(v)] = min(_WORK_CAP, 1 + sum(work.get(id(s), 1) for s in v.srcs))
-            continue
+        if id(v) in one_loop:  # its readers, all in one_loop too, end in one loop
+            continue           # (merge_siblings): nothing reads its leaves or work
         if group(v.op) not in _INLINED or id(v) in forced or id(v) in stored:
             leaves[id(v)] = frozenset([v])
             continue
