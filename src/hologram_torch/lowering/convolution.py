@@ -217,15 +217,10 @@ def _batch_folded(x: Var, weight: Var, stride: Sequence[int], padding: Sequence[
     b, c = x.shape[:2]
     o = weight.shape[0]
     kernel = tuple(weight.shape[2:])
-    kk = math.prod(kernel)
-    n = b * math.prod(outs)
-    xt = x.permute((1, 0, *range(2, x.ndim)))  # [C, B, *P]
-    tp = window_taps(xt, kernel, stride, padding, dilation, outs)  # each [C, B, *outs]
-    if kk == 1:
-        cols = tp[0].reshape((c, n))
-    else:  # rows ordered (channel, kernel position), as the weight's are
-        cols = Var(concat([t.reshape((c, 1, b, *outs)).v for t in tp], 1)).reshape((c * kk, n))
-    y = (weight.reshape((o, c * kk)) @ cols).reshape((o, b, *outs))
+    ck = c * math.prod(kernel)
+    cols = _folded_columns(x, kernel, stride, padding, dilation, outs, 1).reshape(
+        (ck, b * math.prod(outs)))
+    y = (weight.reshape((o, ck)) @ cols).reshape((o, b, *outs))
     return y.permute((1, 0, *range(2, y.ndim)))
 
 
@@ -348,8 +343,8 @@ def _folded_columns(x: Var, kernel: Sequence[int], stride: Sequence[int],
     """The column matrix of every image side by side: ``[g, C/g * K, B * L]`` (rows
     ordered (channel, kernel position) as a weight's are, columns (image, position)):
     the windowed taps of the input read with its batch and channel axes swapped
-    (views), stacked in one CONCAT. The forward's GEMM over the batch reads the same
-    matrix (:func:`_batch_folded`); here the weight gradient reads it transposed."""
+    (views), stacked in one CONCAT. The forward's GEMM over the batch reads it
+    (:func:`_batch_folded`), the weight gradient reads it transposed."""
     b, c = x.shape[:2]
     kk = math.prod(kernel)
     n = b * math.prod(outs)
