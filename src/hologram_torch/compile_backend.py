@@ -376,7 +376,7 @@ class _Plan:
         # PyTorch.
         devices = frozenset(i.device for i in infos.values() if isinstance(i, TInfo))
         takes = frozenset({"cuda"} if self.ex.backend.device_type == "cuda" else ()) | {"cpu"}
-        all_cpu = len(devices) <= 1 and devices <= takes
+        one_usable_device = len(devices) <= 1 and devices <= takes
 
         def flush() -> None:
             nonlocal open_region
@@ -430,7 +430,7 @@ class _Plan:
                           if isinstance(node.target, torch._ops.OpOverload) else None)
                 to_torch(node, reason)
                 continue
-            if not all_cpu:
+            if not one_usable_device:
                 to_torch(node, f"graph tensors are on {', '.join(sorted(devices))}; this "
                                f"executor takes tensors on one of {', '.join(sorted(takes))}")
                 continue
