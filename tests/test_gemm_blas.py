@@ -55,6 +55,33 @@ def test_plain_and_transposed(m, k, n, dt):
     _check(lambda x, y: x.T @ y.T, np.ascontiguousarray(a.T), np.ascontiguousarray(b.T))
 
 
+@needs_blas
+@pytest.mark.parametrize("m,k,n", [(400, 32, 100), (100, 32, 400), (300, 17, 310),
+                                   (31, 40, 1000), (200, 5, 1000)])
+def test_tiles_at_every_thread_count(m, k, n):
+    """A product's tiles cover its longer side exactly once at 1 to 5 threads: equal
+    tiles, or two rounds (``hg_edge``: half the tiles share two thirds of the side)
+    where each second-round tile is still ``MIN_TILE`` wide. Each output starts as NaN,
+    so a block of C that no tile wrote shows (a plain GEMM, and an epilogue fused per
+    tile). The shapes are above ``PARALLEL_MIN_FLOPS``, which runs smaller ones whole."""
+    assert 2 * m * k * n >= blas.PARALLEL_MIN_FLOPS
+    rng = np.random.default_rng(m + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    plain = hologram.jit(lambda x, y: x @ y)
+    fused = hologram.jit(lambda x, y: (x @ y) * 2.0 + 1.0)
+    try:
+        for nt in (1, 2, 3, 4, 5):
+            hologram.set_num_threads(nt)
+            for f, ref in ((plain, want), (fused, want * 2.0 + 1.0)):
+                out = np.full((m, n), np.nan, np.float32)
+                f(a, b, out=out)
+                np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * k)
+    finally:
+        hologram.set_num_threads(None)
+
+
 def test_nan_inf_propagate():
     a = np.ones((64, 64), np.float32)
     b = np.ones((64, 64), np.float32)

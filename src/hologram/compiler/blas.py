@@ -30,7 +30,7 @@ last hologram GEMM ends.
 MKL also packs a B operand once for many products (``cblas_?gemm_pack``/``_compute``):
 against MKL's plain product on the models' shapes, 1.84x at 8 rows, 1.10-1.28x at 128,
 1.0-1.05x at 1024 (two threads, docs/perf.md, session 9). ``pack`` makes such a copy
-for a GEMM descriptor, one packed column tile per thread; a GEMM step is handed it at
+for a GEMM descriptor, column tiles in two rounds (``hg_edge``); a GEMM step is handed it at
 launch (its own slot of the pointer table) and the driver checks that it matches the
 product. Keeping a packed copy in step with the original is the caller's job:
 ``hologram_torch`` does it for the constant weights of inference graphs
@@ -80,6 +80,7 @@ typedef void (*hg_gemm_fn)(const hg_gemm_desc *, const void *, const void *, voi
 PARALLEL_MIN_FLOPS = 1 << 20
 #: Tiles thinner than this many rows (or columns) make BLAS's packing dominate.
 MIN_TILE = 16
+TWO_ROUNDS = True
 #: Packed copies of B (MKL) pay from 2 rows up: at 1 row (a matrix-vector product) the
 #: packed product ran slower than the plain one (84 against 148 GFLOP/s, 1 x 768 x 768,
 #: two threads), at 2 rows faster (225 against 207), at 4 rows 343 against 235
@@ -190,6 +191,28 @@ static int64_t hg_gcd(int64_t a, int64_t b) {
   return a;
 }
 
+/* Where tile t of `tiles` starts along `len` (t = tiles: len). An even count of 4 or
+   more is two rounds: the first tiles/2 (one per thread, claimed first) share two thirds
+   of len, the rest the last third. Quiet, every thread runs one of each; with a core
+   shared by another process (its thread at half speed), the others run the second
+   round while it finishes its first tile: 2/3 of the product on the full-speed thread,
+   what perfect balance would give, from tiles no more than twice as many as threads.
+   Equal tiles need three or four per thread for that, and every column tile packs A
+   again (docs/perf.md, session 14). */
+static int64_t hg_edge(int64_t len, int64_t t, int64_t tiles) {
+  if (tiles < 4 || tiles % 2) return len * t / tiles;
+  const int64_t half = tiles / 2, first = 2 * len / 3;
+  return t <= half ? first * t / half : first + (len - first) * (t - half) / half;
+}
+
+/* Tiles for `nt` threads along `len`: two rounds (2 nt) when the second round's tiles
+   are at least HG_MIN_TILE, else one per thread, none thinner than HG_MIN_TILE. */
+static int64_t hg_tiles_for(int64_t len, int64_t nt) {
+  if (HG_TWO_ROUNDS && nt > 1 && len / (3 * nt) >= HG_MIN_TILE) return 2 * nt;
+  if (nt > len / HG_MIN_TILE) nt = len / HG_MIN_TILE;
+  return nt < 1 ? 1 : nt;
+}
+
 static int64_t hg_threads_for(const hg_gemm_desc *d) {
   int64_t nt = 1;
 #ifdef _OPENMP
@@ -214,7 +237,8 @@ static void hg_epilogue_after(hg_epilogue_fn epi, void **table, int64_t R, int64
 }
 
 /* --- packed B (MKL) -----------------------------------------------------------------
-   A packed copy of one product's B: column tile t (columns n*t/tiles .. n*(t+1)/tiles)
+   A packed copy of one product's B: column tile t (columns hg_edge(n, t, tiles) ..
+   hg_edge(n, t + 1, tiles))
    packed by cblas_?gemm_pack for exactly that tile's (m, columns, k), so each tile is a
    documented pack/compute pair; MKL's packed data must not move, so the caller keeps
    the buffer where it was packed. */
@@ -228,14 +252,12 @@ static int hg_packable(const hg_gemm_desc *d) {
   return hg_ilp64 && hg_pack[d->f64] && d->nb == 1 && d->m > 0 && d->n > 0 && d->k > 0;
 }
 
-/* Column tiles for a packed copy made now: one per thread, none thinner than
-   HG_MIN_TILE columns; 0 when this product cannot be packed. */
+/* Column tiles for a packed copy made now (hg_tiles_for); 0 when this product cannot
+   be packed. */
 int64_t hg_gemm_pack_tiles(const hg_gemm_desc *d) {
   if (!hg_packable(d)) return 0;
-  int64_t nt = hg_threads_for(d);
-  if (nt > d->n / HG_MIN_TILE) nt = d->n / HG_MIN_TILE;
-  if (nt > HG_PACK_MAX_TILES) nt = HG_PACK_MAX_TILES;
-  return nt < 1 ? 1 : nt;
+  int64_t tiles = hg_tiles_for(d->n, hg_threads_for(d));
+  return tiles > HG_PACK_MAX_TILES ? HG_PACK_MAX_TILES : tiles;
 }
 
 static size_t hg_tile_bytes(const hg_gemm_desc *d, int64_t cols) {
@@ -248,7 +270,7 @@ int64_t hg_gemm_pack_size(const hg_gemm_desc *d, int64_t tiles) {
   if (!hg_packable(d) || tiles < 1 || tiles > HG_PACK_MAX_TILES || tiles > d->n) return 0;
   size_t total = (sizeof(hg_packed) + 63) / 64 * 64;
   for (int64_t t = 0; t < tiles; t++)
-    total += hg_tile_bytes(d, d->n * (t + 1) / tiles - d->n * t / tiles);
+    total += hg_tile_bytes(d, hg_edge(d->n, t + 1, tiles) - hg_edge(d->n, t, tiles));
   return (int64_t)total;
 }
 
@@ -263,7 +285,7 @@ int hg_gemm_pack(const hg_gemm_desc *d, const void *B, void *dst, int64_t tiles)
   int64_t off = (sizeof(hg_packed) + 63) / 64 * 64;
   for (int64_t t = 0; t < tiles; t++) {
     p->off[t] = off;
-    off += hg_tile_bytes(d, d->n * (t + 1) / tiles - d->n * t / tiles);
+    off += hg_tile_bytes(d, hg_edge(d->n, t + 1, tiles) - hg_edge(d->n, t, tiles));
   }
   p->off[tiles] = off;
   const int64_t es = d->f64 ? 8 : 4;
@@ -271,7 +293,7 @@ int hg_gemm_pack(const hg_gemm_desc *d, const void *B, void *dst, int64_t tiles)
   const int tb = d->tb ? 112 : 111;
 #pragma omp parallel for num_threads(HG_NT) schedule(static) if(tiles > 1)
   for (int64_t t = 0; t < tiles; t++) {
-    int64_t lo = d->n * t / tiles, hi = d->n * (t + 1) / tiles;
+    int64_t lo = hg_edge(d->n, t, tiles), hi = hg_edge(d->n, t + 1, tiles);
     const char *b = b0 + (d->tb ? lo * d->ldb : lo) * es;  /* columns lo..hi of op(B) */
     char *out = (char *)dst + p->off[t];
     if (d->f64) ((dpack_t)hg_pack[1])(101, 162, tb, d->m, hi - lo, d->k, 1.0,
@@ -297,7 +319,7 @@ static void hg_packed_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
   const int64_t es = d->f64 ? 8 : 4, tiles = x->p->tiles, ta = d->ta ? 112 : 111;
   (void)tid;
   for (int64_t t = t0; t < t1; t++) {
-    int64_t lo = d->n * t / tiles, hi = d->n * (t + 1) / tiles;
+    int64_t lo = hg_edge(d->n, t, tiles), hi = hg_edge(d->n, t + 1, tiles);
     const char *b = (const char *)x->p + x->p->off[t];
     char *c = x->c0 + lo * es;
     if (d->f64) ((dcompute_t)hg_compute[1])(101, ta, 151, d->m, hi - lo, d->k,  /* Packed */
@@ -340,7 +362,7 @@ static void hg_tiles_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
       rest /= d->bshape[i];
       oa += v * d->bsa[i]; ob += v * d->bsb[i]; oc += v * d->bsc[i];
     }
-    int64_t lo = len * r / per, hi = len * (r + 1) / per;
+    int64_t lo = hg_edge(len, r, per), hi = hg_edge(len, r + 1, per);
     const char *a = x->a0 + oa * es, *b = x->b0 + ob * es;
     char *c = x->c0 + oc * es;
     if (x->rows) {  /* rows lo..hi of A (row i of A^T is column i of the stored matrix) */
@@ -366,13 +388,11 @@ void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_ep
   const int64_t es = d->f64 ? 8 : 4;
   const int64_t nt = hg_threads_for(d);
   /* Tiles along the longer side of each product; nb * per a multiple of nt (balance).
-     One tile per thread: more would let the team hand a late thread's share to the
-     others, but each column tile packs A again, and 4 per thread ran 5-12% slower
-     quiet on the models' shapes, gaining only with a core busy (docs/perf.md,
-     session 11). */
+     One product: two rounds of tiles (hg_edge). Several: whole products when there
+     are at least as many as threads, else each in nt / gcd(nb, nt) equal tiles. */
   const int rows = d->m >= d->n;
   const int64_t len = rows ? d->m : d->n;
-  int64_t per = nt / hg_gcd(d->nb, nt);
+  int64_t per = d->nb == 1 ? hg_tiles_for(len, nt) : nt / hg_gcd(d->nb, nt);
   if (per > len / HG_MIN_TILE) per = len / HG_MIN_TILE;
   if (per < 1) per = 1;
   hg_tiles_ctx x = {d, (const char *)A + d->oa * es, (const char *)B + d->ob * es,
@@ -656,7 +676,8 @@ RUNTIME_KEY = {"runtime": "gemm"}
 def runtime_source() -> str:
     """The GEMM driver's C source."""
     return (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
-            f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n" + RUNTIME_C)
+            f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n#define HG_TWO_ROUNDS {int(TWO_ROUNDS)}\n"
+            + RUNTIME_C)
 
 
 @functools.cache

@@ -26,6 +26,12 @@ nothing can deadlock; they too run the job chunk by chunk. Results never depend 
 thread runs a chunk: a chunk is a fixed range of the loop (a whole-array sum keeps a
 partial per chunk and adds them in chunk order).
 
+A worker that claims a job while running on the CPU its caller published moves off it,
+to the caller's allowed CPUs less that one (``hg_spread``, ``SPREAD``): with another
+process holding one of two cores, Linux balances run queues by length and would leave
+the caller and the worker time-sharing one core, indefinitely. The caller is never
+moved, and nothing leaves the CPUs the process may use.
+
 Each kernel library carries a pointer ``hg_team`` (``cc.THREADS_C``) that
 ``hologram.threads`` sets when it loads the library, and calls
 ``hg_team(fn, ctx, n, chunk, threads)`` with ``fn(ctx, lo, hi, tid)`` running the
@@ -44,15 +50,20 @@ from typing import Any
 #: (16K elements: 19-21 us against 11-12; 1000 us: 11-15, as OpenMP's spinning pool;
 #: docs/perf.md, session 11). OpenMP's libgomp spins longer still by default.
 SPIN_US = 1000
+#: Whether a worker on its caller's CPU moves off it (``hg_spread``).
+SPREAD = True
 
 SOURCE = r"""
 /* hologram thread team (compiler/team.py) */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
 
 typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);
 
@@ -83,6 +94,9 @@ static pthread_mutex_t hg_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hg_cv = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t hg_run_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int hg_inside;     /* 1 on team threads and a caller inside a job */
+static _Atomic int hg_caller_cpu = -1;  /* the CPU the open job's caller published it from */
+static _Atomic long hg_caller_tid;      /* and its thread id (its CPU affinity) */
+static _Thread_local long hg_tid;       /* this thread's id, once asked */
 
 static double hg_now_us(void) {
   struct timespec ts;
@@ -108,6 +122,23 @@ static void hg_claim(uint64_t gen, int tid) {
   }
 }
 
+/* A worker that finds itself on the caller's CPU moves off it. Linux balances run
+   queues by their length, so with one core taken by another process (three runnable
+   threads on two cores) it leaves the caller and the worker sharing one core, the other
+   process alone on the other, indefinitely: the team then has one core, not the one and
+   a half a fair share gives (issue 21 sampled this placement in ~60% of a busy GEMM's
+   time). The worker takes the caller's allowed CPUs less the caller's own, so it never
+   leaves what the process may use; a syscall only on a collision. */
+static void hg_spread(void) {
+  const int caller = atomic_load_explicit(&hg_caller_cpu, memory_order_relaxed);
+  if (caller < 0 || sched_getcpu() != caller) return;
+  cpu_set_t allowed;
+  if (sched_getaffinity((pid_t)atomic_load_explicit(&hg_caller_tid, memory_order_relaxed),
+                        sizeof allowed, &allowed) != 0) return;
+  CPU_CLR(caller, &allowed);
+  if (CPU_COUNT(&allowed) > 0) sched_setaffinity(0, sizeof allowed, &allowed);
+}
+
 static void *hg_worker(void *arg) {
   const int tid = (int)(intptr_t)arg;
   hg_inside = 1;
@@ -130,7 +161,10 @@ static void *hg_worker(void *arg) {
       }
     }
     seen = gen;
-    if (tid < atomic_load(&hg_nt) && !atomic_load(&hg_held)) hg_claim(gen, tid);
+    if (tid < atomic_load(&hg_nt) && !atomic_load(&hg_held)) {
+      hg_spread();
+      hg_claim(gen, tid);
+    }
   }
   return 0;
 }
@@ -183,6 +217,9 @@ void hg_team_run(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk, int thread
   }
   const int have = hg_grow(threads);
   if (have < threads) threads = have;
+  if (!hg_tid) hg_tid = (long)syscall(SYS_gettid);
+  atomic_store_explicit(&hg_caller_tid, hg_tid, memory_order_relaxed);
+  atomic_store_explicit(&hg_caller_cpu, HG_SPREAD ? sched_getcpu() : -1, memory_order_relaxed);
   atomic_store_explicit(&hg_fn, fn, memory_order_relaxed);
   atomic_store_explicit(&hg_ctx, ctx, memory_order_relaxed);
   atomic_store_explicit(&hg_n, n, memory_order_relaxed);
@@ -221,7 +258,7 @@ RUNTIME_KEY = {"runtime": "team"}
 
 def library_source() -> str:
     """The team's C source."""
-    return f"#define HG_SPIN_US {SPIN_US}.0\n" + SOURCE
+    return f"#define HG_SPIN_US {SPIN_US}.0\n#define HG_SPREAD {int(SPREAD)}\n" + SOURCE
 
 
 def runtime(cc: Any) -> int:
