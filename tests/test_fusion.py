@@ -186,3 +186,28 @@ def test_row_sum_accumulator(ex, cols: int, axis: int, acc: str):
         got = out.astype(np.float64) / x
         want = x.astype(np.float64).sum(axis, keepdims=True)
         np.testing.assert_allclose(got, np.broadcast_to(want, x.shape), rtol=4e-6)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_reduction_over_several_axes_loops_over_each(ex: hg.Executor, op: str) -> None:
+    """A reduction over the two trailing axes of an inlined expression renders a loop
+    over the leading reduced axis around a SIMD loop over the last: one flat loop would
+    divide its index by the row length for every element and run scalar (an average
+    pool of an inlined convolution in MobileNetV3, docs/perf.md, session 15). Results
+    agree with the reference interpreter, NaN included."""
+    from .programs import compiled_and_reference
+
+    def fn(x: b.Var) -> tuple[b.Var]:
+        y = (x * 2.0).exp().permute((0, 2, 1))
+        return (getattr(y, op)((1, 2)),)
+
+    p = b.program(fn, [("f32", (6, 50, 30))])
+    src = ex.compile(p).lowered.source
+    kernel = src[src.index("k0_chunk"):]
+    assert len(re.findall(r"for \(int64_t r\d+ = 0; r\d+ < (?:30|50);", kernel)) == 2
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 50, 30)).astype(np.float32)
+    x[1, 7, 3], x[4, 0, 29] = np.nan, -np.inf
+    (got,), (want,) = compiled_and_reference(ex, p, [x])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.isnan(got[1]) and not np.isnan(got[0])

@@ -359,6 +359,35 @@ def test_epilogue_chain_stops_where_rows_would_be_read_out_of_place():
            ref=lambda x, y, z: _np_gelu((x @ y) + z))
 
 
+@needs_blas
+@pytest.mark.parametrize("m,k,n,r", [(600, 16, 392, 14), (40, 16, 784, 28), (300, 8, 96, 96)])
+def test_epilogue_with_shorter_rows_runs_per_tile(m, k, n, r):
+    """A product viewed with shorter rows that divide its own (a 1x1 convolution's
+    ``[C, H*W]`` product as ``[C, H, W]``) is still read element for element where its
+    tile wrote it: the bias and GELU run per tile, over ``n / r`` of their rows per
+    product row, for row tiles and column tiles, at 1 to 3 threads. Outputs start as
+    NaN, so a row no tile covered shows."""
+    rng = np.random.default_rng(m + n + r)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    bias = rng.standard_normal(r).astype(np.float32)
+
+    def f(x, y, z):
+        return _gelu((x @ y).reshape((m, n // r, r)) + z)
+
+    want = _np_gelu((a.astype(np.float64) @ w).reshape(m, n // r, r) + bias)
+    assert _launches(f, a, w, bias)[1] == 1
+    fn = hologram.jit(f)
+    try:
+        for nt in (1, 2, 3):
+            hologram.set_num_threads(nt)
+            out = np.full((m, n // r, r), np.nan, np.float32)
+            fn(a, w, bias, out=out)
+            np.testing.assert_allclose(out, want, rtol=0, atol=1e-4 * np.abs(want).max())
+    finally:
+        hologram.set_num_threads(None)
+
+
 _EPILOGUE_STEPS = {
     "bias": lambda h, bias: h + bias if h.shape[-1] == bias.shape[0] else h + 1.0,
     "gelu": lambda h, bias: _gelu(h),

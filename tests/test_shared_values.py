@@ -216,3 +216,37 @@ def test_a_stored_concat_agrees_with_the_reference(native_cpu: hg.Executor) -> N
     y = rng.standard_normal((n, 16)).astype(np.float32)
     (got,), (want,) = compiled_and_reference(native_cpu, p, [x, y])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _depthwise3x3(x, w):
+    """A 3x3 depthwise convolution (stride 1, padding 1) as the torch backend lowers it:
+    nine taps, views of the zero-padded input, weighted and summed."""
+    from hologram_torch.lowering.convolution import conv_nd
+
+    c, h = x.shape[1], x.shape[2]
+    return (conv_nd(x, w, None, (1, 1), (1, 1), (1, 1), c, (h, h)),)
+
+
+def test_a_padded_input_read_by_taps_is_stored() -> None:
+    """Each tap of a 3x3 depthwise convolution reads the zero-padded input through a
+    window: inlined, every tap pays two CONCATs' clamped indices and selects (6.4x
+    slower, docs/perf.md, session 15), so the padded input is stored once; results
+    agree with the reference interpreter, NaN and inf included."""
+    pytest.importorskip("torch")
+    specs = [("f32", (2, 8, 28, 28)), ("f32", (8, 1, 3, 3))]
+    p = b.program(_depthwise3x3, specs)
+    chosen = [v for v in p.instructions if id(v) in _chosen(p)]
+    assert [v.op.value for v in chosen] == ["concat"]
+    assert chosen[0].shape == (2, 8, 30, 30)
+
+
+def test_a_padded_input_read_by_taps_agrees_with_the_reference(native_cpu) -> None:
+    pytest.importorskip("torch")
+    specs = [("f32", (2, 8, 28, 28)), ("f32", (8, 1, 3, 3))]
+    p = b.program(_depthwise3x3, specs)
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(specs[0][1]).astype(np.float32)
+    w = rng.standard_normal(specs[1][1]).astype(np.float32)
+    x[0, 1, 0, 0], x[1, 3, 27, 5] = np.nan, np.inf
+    (got,), (want,) = compiled_and_reference(native_cpu, p, [x, w])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

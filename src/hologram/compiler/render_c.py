@@ -202,6 +202,10 @@ class CRenderer(IndexKernels):
     """C for the CPU backend: hologram's thread team (or OpenMP) across rows, SIMD
     within them."""
 
+    #: A reduction over several axes loops over the leading ones around a SIMD loop over
+    #: the last (``phase``); GPU dialects spread one flat loop over a block's threads.
+    nested_phases = True
+
     #: Parallel loops run on hologram's thread team where the kernel allows (GPU
     #: dialects map loops to the grid instead).
     team = True
@@ -222,6 +226,7 @@ class CRenderer(IndexKernels):
         self.slots = slots
         self.n = 0
         self.row_len: int | None = None  # set while rendering a row-range kernel
+        self.row_factor = 1  # the row-range kernel's own rows per product row
         self.specials: set[Op] = set()  # special functions the kernels call (special_math)
         self.sort_helpers: dict[str, str] = {}  # render_index.sort_helper
 
@@ -510,13 +515,24 @@ class CRenderer(IndexKernels):
         short_sum = (v.op is Op.RSUM and count <= FLOAT_SUM_MAX and home.kind == "outer"
                      and tuple(axes) == (src.ndim - 1,))
         wide = self.accumulator(v.op, d, short_sum)
+        row = (self.row is not None and home.kind == "outer"
+               and tuple(axes) == self.row["axes"] and count == self.row["count"])
+        # Several reduced axes: on the CPU a loop over the leading ones around a SIMD loop
+        # over the last, where one flat loop would divide its index per element (an
+        # average pool over a 56x56 plane of an inlined stride-2 convolution ran
+        # scalar: 3.8 ms of MobileNetV3-small's 26, docs/perf.md, session 15).
+        nested = (self.nested_phases and len(axes) > 1 and not parallel and not row
+                  and sizes[-1] > 1)
+        ro = self.fresh("r") if nested else r
         sub = list(idx)
-        rem = r
-        for a, s, st in zip(axes, sizes, self.strides(tuple(sizes)), strict=True):
-            sub[a] = Expr(r if len(axes) == 1 else f"({rem} / {st} % {s})", frozenset({r}))
-        body = Scope("phase", r, home)
-        if (self.row is not None and home.kind == "outer" and tuple(axes) == self.row["axes"]
-                and count == self.row["count"]):
+        lead = tuple(sizes[:-1]) if nested else tuple(sizes)
+        for a, s, st in zip(axes[:len(lead)], lead, self.strides(lead), strict=True):
+            sub[a] = Expr(ro if len(lead) == 1 else f"({ro} / {st} % {s})", frozenset({ro}))
+        if nested:
+            sub[axes[-1]] = Expr(r, frozenset({r}))
+        outer = Scope("phase", ro, home) if nested else home
+        body = Scope("phase", r, outer)
+        if row:
             body.row_var = r
         x = self.emit(src, tuple(sub), body, False)
         init, step, red = self.REDUCE_RULES[v.op]
@@ -527,7 +543,13 @@ class CRenderer(IndexKernels):
         if has_nan:
             loop.append(f"  {nan} |= ({x.code} != {x.code});")
         loop.append("}")
-        if (parallel and self.team_loops is not None and self.row_len is None
+        if nested:
+            loop = (["  " + ln for ln in outer.lines + self.phase_head(r, sizes[-1], clauses,
+                                                                        False)]
+                    + ["  " + ln for ln in loop] + ["}"])
+            home.lines.extend(decl + [f"for (int64_t {ro} = 0; {ro} < {math.prod(lead)}; "
+                                      f"{ro}++) {{"] + loop)
+        elif (parallel and self.team_loops is not None and self.row_len is None
                 and not any("for (" in ln or "#pragma" in ln for ln in home.lines)):
             home.lines.extend(self.team_phase(v.op, wide, acc, nan if has_nan else None, r,
                                               count, decl, clauses, loop, list(home.lines)))
@@ -740,6 +762,9 @@ class CRenderer(IndexKernels):
         """``k`` over output rows ``lo..hi`` (rows of ``row_len`` elements), serial: the
         GEMM driver calls it on each tile right after BLAS wrote that tile."""
         self.row_len = row_len
+        # an epilogue has no reduction, so its store loop's rows are its last dimension,
+        # which divides the product's rows (fusable_epilogue): row_factor of them each
+        self.row_factor = row_len // k.sinks[0][0].shape[-1]
         try:
             text = self.kernel(KernelPlan(rows_name(k.name), k.sinks))
         finally:
@@ -775,7 +800,8 @@ class CRenderer(IndexKernels):
         ``work``: elements of work in the whole loop (default one per iteration), which
         sizes a parallel loop's chunks."""
         if self.row_len is not None and role in ("flat", "outer"):
-            scale = f" * {self.row_len}" if role == "flat" else ""
+            factor = self.row_len if role == "flat" else self.row_factor
+            scale = f" * {factor}" if factor != 1 else ""
             pragma = "#pragma omp simd\n" if simd else ""
             return f"{pragma}for (int64_t {var} = lo{scale}; {var} < hi{scale}; {var}++) {{"
         if parallel:
@@ -1169,16 +1195,21 @@ def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
     only the element at its own row-major position, which its tile has written.
     Reductions, permutes, expands or slices of the product would read other rows.
     A reshape is allowed because ``linear`` on a 3-D input is a 2-D GEMM viewed back
-    as 3-D; the bias add and activation after it are still per row.
+    as 3-D; the bias add and activation after it are still per row. The kernel's own
+    rows may be shorter than the product's when they divide them (a 1x1 convolution's
+    product ``[B, 1, C, H*W]`` viewed as ``[B, C, H, W]``): a tile's rows are then
+    whole runs of the kernel's rows (``rows_kernel``), and element positions still match.
     """
     g = gemm.value
     v = k.sinks[0][0]
     if k.siblings or not g.shape or v is g or not all(x.shape == v.shape for x, _ in k.sinks):
         return False
     n = g.shape[-1]
+    if not v.shape or v.shape[-1] < 1 or n % v.shape[-1]:
+        return False
 
     def per_row(x: Value) -> bool:
-        return x.ndim >= 1 and x.size == g.size and x.shape[-1] == n
+        return x.ndim >= 1 and x.size == g.size
 
     sources = tile_values | {id(g)}
     depends: dict[int, bool] = {}

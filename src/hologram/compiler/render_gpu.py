@@ -23,6 +23,7 @@ class GPURenderer(CRenderer):
     """Loop roles as grid, block and thread loops; one writer for a block's value."""
 
     team = False  # loops map to the grid, not to host threads
+    nested_phases = False  # a phase's one flat loop is strided over the block's threads
 
     column_reductions = False  # reductions spread over threads instead
     fiber_blocks = False  # scans and scatters: one thread per fiber (render_index)

@@ -477,6 +477,13 @@ SHARED_MIN_SIZE = 1 << 16
 # the batch norm after it, ran 14x slower inlined; docs/perf.md, "Session 13, CNN
 # inference").
 SHARED_MIN_WORK = 64
+# What one part of an inlined CONCAT costs per element, in the work rule's units: a
+# clamped index and a compare-and-select per part, which also keep the C compiler from
+# vectorizing the loads behind it. A zero-padded input read by the 9 taps of a 3x3
+# depthwise convolution ran 6.4x slower inlined than stored (0.93 against 5.9 ms over
+# [8, 96, 28, 28], one thread; docs/perf.md, session 15), where counting the CONCAT as
+# one instruction had its 9 readers x 3 work units fall short of SHARED_MIN_WORK.
+CONCAT_PART_WORK = 8
 SHARED_WORK_MIN_SIZE = 1 << 12
 _WORK_CAP = 1 << 20
 _RECOMPUTED = ELEMENTWISE | {Group.CONCAT}  # what the work rule may store
@@ -515,7 +522,8 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
             continue
         srcs = list({id(s): s for s in v.srcs}.values())
         deps = frozenset().union(*(leaves.get(id(s), frozenset()) for s in srcs))
-        w = min(_WORK_CAP, int(v.op not in MOVEMENT) + sum(
+        own = CONCAT_PART_WORK * len(v.srcs) if v.op is Op.CONCAT else int(v.op not in MOVEMENT)
+        w = min(_WORK_CAP, own + sum(
             work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
         many = readers.get(id(v), 0) - (v.op is not Op.CONCAT)
         if v.op not in MOVEMENT and (

@@ -28,7 +28,10 @@ element-wise ops and the library GEMM), no instruction of its own:
   weight is element-wise over views, so the scheduler fuses it into one kernel that
   reads the input ``prod(kernel)`` times from cache and writes the output once; a GEMM
   per channel with an inner size of ``prod(kernel)`` would not pay for its calls, and
-  the GATHERed columns reduced over the kernel axis ran 6-13x slower (measured).
+  the GATHERed columns reduced over the kernel axis ran 6-13x slower (measured). The
+  taps are added as a balanced tree (:func:`tree_sum`), and the zero-padded input they
+  read is stored once (the scheduler's ``CONCAT_PART_WORK``), so the kernel's inner loop
+  is plain vector loads and multiply-adds.
 
 Which path a convolution takes was measured (docs/perf.md, "Convolution").
 
@@ -249,13 +252,10 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
     if cg == 1:  # direct: one input channel per group (depthwise)
         tp = taps(x, kernel, stride, padding, dilation, outs)
         w = weight.reshape((groups, og, kk))
-        y: Var | None = None
-        for i, t in enumerate(tp):
-            xi = t.reshape((b, groups, 1, *outs))
-            wi = w.slice((0, 0, i), (groups, og, 1)).reshape((groups, og, *(1,) * len(outs)))
-            y = xi * wi if y is None else y + xi * wi
-        assert y is not None
-        y = y.reshape((b, o, *outs))
+        terms = [t.reshape((b, groups, 1, *outs))
+                 * w.slice((0, 0, i), (groups, og, 1)).reshape((groups, og, *(1,) * len(outs)))
+                 for i, t in enumerate(tp)]
+        y = tree_sum(terms).reshape((b, o, *outs))
     elif winograd.applies(x, weight, tuple(stride), tuple(dilation), groups, tuple(outs)):
         y = winograd.conv3x3(x, weight, tuple(padding), tuple(outs))
     elif groups == 1 and b > 1 and math.prod(outs) <= FOLD_MAX_POSITIONS:
@@ -267,6 +267,19 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
     if bias is not None:
         y = y + bias.reshape((o, *(1,) * len(outs)))
     return y
+
+
+def tree_sum(terms: list[Var]) -> Var:
+    """``terms`` added pairwise, a balanced tree: a fused kernel's sum of 49 taps is a
+    chain of depth 6 instead of 49. A chain is latency-bound (each multiply-add waits
+    4 cycles for the one before; the loop over a row overlaps only two or three rows'
+    chains), a tree is not: a 7x7 depthwise convolution over [8, 40, 56, 56] took 6.6
+    ms as a chain, one thread (docs/perf.md, session 15). The order is fixed, so results
+    do not depend on the thread count."""
+    while len(terms) > 1:
+        terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def _check(x: Var, weight: Var, transposed: bool) -> int:
