@@ -250,3 +250,22 @@ def test_a_padded_input_read_by_taps_agrees_with_the_reference(native_cpu) -> No
     x[0, 1, 0, 0], x[1, 3, 27, 5] = np.nan, np.inf
     (got,), (want,) = compiled_and_reference(native_cpu, p, [x, w])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_padded_input_read_inside_concat_parts_stays_inline() -> None:
+    """The same padded input read by 9 windows that are parts of another CONCAT (an
+    im2col, Winograd's input transform): a stored CONCAT renders its parts window by
+    window with no select chain, so the padding costs nothing there and is not stored
+    (storing such values added 54 kernels to ResNet-18, docs/perf.md, session 15)."""
+
+    def windows(x):
+        z = b.const(0.0, "f32", (x.shape[0], 1))
+        row = b.Var(b.concat([z, x.v, z], 1))
+        n = x.shape[1]
+        parts = [row.slice((0, i % 3), (x.shape[0], n)).reshape((1, x.shape[0], n))
+                 * float(i + 1) for i in range(9)]
+        return (b.Var(b.concat([p.v for p in parts], 0)),)
+
+    p = b.program(windows, [("f32", (64, 256))])
+    padded = [v for v in p.instructions if v.op.value == "concat" and v.shape == (64, 258)]
+    assert len(padded) == 1 and id(padded[0]) not in _chosen(p)

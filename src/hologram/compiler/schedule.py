@@ -477,12 +477,17 @@ SHARED_MIN_SIZE = 1 << 16
 # the batch norm after it, ran 14x slower inlined; docs/perf.md, "Session 13, CNN
 # inference").
 SHARED_MIN_WORK = 64
-# What one part of an inlined CONCAT costs per element, in the work rule's units: a
-# clamped index and a compare-and-select per part, which also keep the C compiler from
-# vectorizing the loads behind it. A zero-padded input read by the 9 taps of a 3x3
-# depthwise convolution ran 6.4x slower inlined than stored (0.93 against 5.9 ms over
-# [8, 96, 28, 28], one thread; docs/perf.md, session 15), where counting the CONCAT as
-# one instruction had its 9 readers x 3 work units fall short of SHARED_MIN_WORK.
+# What one part of a CONCAT inlined into several readers costs per element, in the work
+# rule's units: a clamped index and a compare-and-select per part, which also keep the
+# C compiler from vectorizing the loads behind it. A zero-padded input read by the 9
+# taps of a 3x3 depthwise convolution ran 6.4x slower inlined than stored (0.93 against
+# 5.9 ms over [8, 96, 28, 28], one thread; docs/perf.md, session 15), where counting the
+# CONCAT as one instruction had its 9 readers x 3 work units fall short of
+# SHARED_MIN_WORK. A CONCAT read once, or read only inside the parts of other CONCATs
+# (which a stored CONCAT renders window by window, no selects), keeps the
+# one-instruction count: Winograd's transforms read a padded input that way, and
+# counting its parts there stored 54 more values in ResNet-18 (88 -> 142 steps, its
+# step sum 197 -> 287 ms at batch 8).
 CONCAT_PART_WORK = 8
 SHARED_WORK_MIN_SIZE = 1 << 12
 _WORK_CAP = 1 << 20
@@ -510,6 +515,7 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
     leaves: dict[int, frozenset[Value]] = {}
     work: dict[int, int] = {}  # instructions and full-size reads per element, inlined
     readers = _readers_through_views(program, users)
+    into_concats = _only_into_concats(program, users)
     one_loop = _only_elementwise_to_outputs(program, users)
     chosen: set[int] = set()
     for v in program.instructions:
@@ -522,10 +528,12 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
             continue
         srcs = list({id(s): s for s in v.srcs}.values())
         deps = frozenset().union(*(leaves.get(id(s), frozenset()) for s in srcs))
-        own = CONCAT_PART_WORK * len(v.srcs) if v.op is Op.CONCAT else int(v.op not in MOVEMENT)
+        many = readers.get(id(v), 0) - (v.op is not Op.CONCAT)
+        own = (CONCAT_PART_WORK * len(v.srcs)
+               if v.op is Op.CONCAT and many >= 2 and id(v) not in into_concats
+               else int(v.op not in MOVEMENT))
         w = min(_WORK_CAP, own + sum(
             work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
-        many = readers.get(id(v), 0) - (v.op is not Op.CONCAT)
         if v.op not in MOVEMENT and (
                 (group(v.op) in ELEMENTWISE and v.size >= SHARED_MIN_SIZE
                  and len(users.get(id(v), [])) >= 2
@@ -616,6 +624,21 @@ def _readers_through_views(program: Program, users: dict[int, list[Value]]
             n += count.get(id(u), 1) if u.op in MOVEMENT else 1
         count[id(v)] = n
     return count
+
+
+def _only_into_concats(program: Program, users: dict[int, list[Value]]) -> set[int]:
+    """Values every reader of which, through views and element-wise instructions, is a
+    CONCAT: they are computed inside CONCAT parts, which a stored CONCAT renders one
+    loop nest per part, window by window (``render_c.concat_kernel``), with no select
+    chain for an unstored CONCAT among them (Winograd's transforms of a padded input)."""
+    into: set[int] = set()
+    for v in reversed(program.instructions):
+        readers = users.get(id(v), [])
+        if readers and all(u.op is Op.CONCAT or ((u.op in MOVEMENT or group(u.op) in
+                                                   ELEMENTWISE) and id(u) in into)
+                           for u in readers):
+            into.add(id(v))
+    return into
 
 
 def users_of(program: Program) -> dict[int, list[Value]]:
