@@ -33,3 +33,32 @@ def test_reshape_then_reduce(a, b):
                        .sum(axis=0, keepdims=True))(x)
     want = x.transpose(tuple(reversed(range(len(a))))).reshape(b).sum(axis=0, keepdims=True)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shift", [0, 5, 17])
+def test_flattened_buffer_read_at_a_shift_needs_no_division(shift):
+    """A buffer ``[4, 6, 10, 12]`` read through ``reshape`` to ``[4, 6, 120]`` and a
+    window of that flat axis (a depthwise convolution's taps over a padded plane): the
+    split coordinates recombine to the flat index itself, so the load is linear in the
+    loop variable (vectorizable), not a division and remainder per element; a reshape
+    that is not contiguous in the buffer (a permuted view in between) keeps them."""
+    import re
+
+    x = np.random.default_rng(shift).standard_normal((4, 6, 10, 12)).astype(np.float32)
+    n = 120 - shift
+
+    def f(v):
+        return v.reshape((4, 6, 120)).slice((0, 0, shift), (4, 6, n)) * 2.0
+
+    fn = hologram.jit(f)
+    got = fn(x)
+    np.testing.assert_array_equal(got, x.reshape(4, 6, 120)[:, :, shift:] * 2)
+    src = fn.explain(x)
+    loads = re.findall(r"p0_f32\[([^\]]*)\]", src[src.index("== kernels =="):])
+    assert loads and not any("/ 12" in s or "% 12" in s for s in loads), loads
+
+    def g(v):
+        return v.permute((0, 1, 3, 2)).reshape((4, 6, 120)) * 2.0
+
+    got = hologram.jit(g)(x)
+    np.testing.assert_array_equal(got, x.transpose(0, 1, 3, 2).reshape(4, 6, 120) * 2)

@@ -106,6 +106,11 @@ KIND_TEMPLATES: dict[str, dict[Op, str]] = {"i": INT_TEMPLATES, "b": BOOL_TEMPLA
 class Expr:
     code: str
     vars: frozenset[str] = frozenset()
+    #: A coordinate that ``reshape_index`` split off a flat index: (the flat index's
+    #: code, this dim's stride within its group, the group's size). ``offset`` puts the
+    #: flat index back where a buffer lays the whole group out contiguously, instead of
+    #: a division and remainder per dim that keep the loop from vectorizing.
+    split: tuple[str, int, int] | None = None
 
 
 ZERO = Expr("0")
@@ -296,13 +301,42 @@ class CRenderer(IndexKernels):
     strides = staticmethod(contiguous_strides)
 
     def offset(self, shape: tuple[int, ...], idx: tuple[Expr, ...]) -> Expr:
+        strides = self.strides(shape)
+        merged = self._merged_groups(shape, strides, idx)
         terms, vars_ = [], frozenset()
-        for s, st, e in zip(shape, self.strides(shape), idx, strict=True):
-            if s == 1 or e.code == "0":
+        for d, (s, st, e) in enumerate(zip(shape, strides, idx, strict=True)):
+            if d in merged:
+                code, st = merged[d]
+                if code is None:
+                    continue
+                e = Expr(f"({code})", e.vars)
+            elif s == 1 or e.code == "0":
                 continue
             terms.append(e.code if st == 1 else f"{e.code} * {st}")
             vars_ |= e.vars
         return Expr(" + ".join(terms) if terms else "0", vars_)
+
+    @staticmethod
+    def _merged_groups(shape: tuple[int, ...], strides: tuple[int, ...],
+                       idx: tuple[Expr, ...]) -> dict[int, tuple[str | None, int]]:
+        """Dims whose coordinates ``reshape_index`` split off one flat index F, where the
+        buffer lays their whole group out contiguously (each dim's buffer stride its
+        stride within the group times the innermost's): dim -> (F, that innermost
+        stride) for one of them and (None, 0) for the rest, since the group's terms sum
+        to F times it."""
+        groups: dict[tuple[str, int], list[int]] = {}
+        for d, e in enumerate(idx):
+            if e.split is not None and shape[d] != 1:
+                groups.setdefault((e.split[0], e.split[2]), []).append(d)
+        out: dict[int, tuple[str | None, int]] = {}
+        for (flat, total), dims in groups.items():
+            if math.prod(shape[d] for d in dims) != total:
+                continue  # not the whole group (another view in between): keep the dims
+            unit = strides[dims[-1]]
+            if all(strides[d] == idx[d].split[1] * unit for d in dims):
+                out.update({d: (None, 0) for d in dims})
+                out[dims[0]] = (flat, unit)
+        return out
 
     # --- scopes -----------------------------------------------------------------------------
     def scope_for(self, vars_: frozenset[str], cur: Scope) -> Scope:
@@ -496,7 +530,8 @@ class CRenderer(IndexKernels):
                 code = flat.code if st == 1 else f"({flat.code}) / {st}"
                 if st * size != total:  # the outermost dim of a group needs no modulo
                     code = f"({code}) % {size}"
-                out[d] = flat if code.isidentifier() else Expr(f"({code})", flat.vars)
+                out[d] = flat if code.isidentifier() else Expr(f"({code})", flat.vars,
+                                                                (flat.code, st, total))
         return tuple(out)
 
     def phase(self, v: Value, idx: tuple[Expr, ...], cur: Scope, key: tuple) -> Expr:
