@@ -1243,7 +1243,7 @@ def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
     if not v.shape or v.shape[-1] < 1 or n % v.shape[-1]:
         return False
 
-    def per_row(x: Value) -> bool:
+    def same_elements(x: Value) -> bool:  # row-major positions carry over
         return x.ndim >= 1 and x.size == g.size
 
     sources = tile_values | {id(g)}
@@ -1270,8 +1270,8 @@ def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
         if group(x.op) is Group.REDUCE:
             return False
         depends[id(x)] = any(depends.get(id(s), False) for s in x.srcs)
-        if depends[id(x)] and not (per_row(x) and (group(x.op) in ELEMENTWISE
-                                                   or x.op is Op.RESHAPE)):
+        if depends[id(x)] and not (same_elements(x) and (group(x.op) in ELEMENTWISE
+                                                         or x.op is Op.RESHAPE)):
             return False
     return depends.get(id(v), False)
 

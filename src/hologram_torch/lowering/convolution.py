@@ -273,9 +273,9 @@ def tree_sum(terms: list[Var]) -> Var:
     """``terms`` added pairwise, a balanced tree: a fused kernel's sum of 49 taps is a
     chain of depth 6 instead of 49. A chain is latency-bound (each multiply-add waits
     4 cycles for the one before; the loop over a row overlaps only two or three rows'
-    chains), a tree is not: a 7x7 depthwise convolution over [8, 40, 56, 56] took 6.6
-    ms as a chain, one thread (docs/perf.md, session 15). The order is fixed, so results
-    do not depend on the thread count."""
+    chains), a tree is not: a 7x7 depthwise convolution over [8, 40, 56, 56] took 6.0
+    ms as a chain and 4.8 as a tree, one thread (docs/perf.md, session 15). The order is
+    fixed, so results do not depend on the thread count."""
     while len(terms) > 1:
         terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
                  for i in range(0, len(terms), 2)]
