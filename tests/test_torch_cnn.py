@@ -89,6 +89,27 @@ def test_max_pool_values_and_indices_match_eager(name):
     assert _ran_in_pytorch(graphs) == []
 
 
+def test_max_pool_backward_at_its_own_indices_matches_eager():
+    """OpInfo's ``max_pool2d_with_indices_backward`` sample 18 (forward, indices, and
+    the backward scattered at them, one program): a coordinate split off a reduction's
+    flat index reached a dim of another size, which ``render_c.offset`` once took for
+    its group's and put the gradient at the wrong elements (session 15)."""
+    torch._dynamo.reset()
+    x = torch.randn(1, 2, 3, 6, generator=torch.Generator().manual_seed(18))
+    kw = {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": (1, 2)}
+
+    def f(v):
+        out, idx = F.max_pool2d_with_indices(v, **kw)
+        return torch.ops.aten.max_pool2d_with_indices_backward.default(
+            torch.ones_like(out), v, kw["kernel_size"], kw["stride"], kw["padding"],
+            kw["dilation"], False, idx)
+
+    with collect_graphs() as graphs:
+        got = torch.compile(f, backend="hologram")(x)
+    assert torch.equal(got, f(x))
+    assert _ran_in_pytorch(graphs) == []
+
+
 def _cnns() -> dict:
     tv = import_torchvision()
     timm = pytest.importorskip("timm")

@@ -107,10 +107,12 @@ class Expr:
     code: str
     vars: frozenset[str] = frozenset()
     #: A coordinate that ``reshape_index`` split off a flat index: (the flat index's
-    #: code, this dim's stride within its group, the group's size). ``offset`` puts the
-    #: flat index back where a buffer lays the whole group out contiguously, instead of
-    #: a division and remainder per dim that keep the loop from vectorizing.
-    split: tuple[str, int, int] | None = None
+    #: code, this dim's stride within its group, this dim's size, the group's size).
+    #: ``offset`` puts the flat index back where a buffer lays the whole group out
+    #: contiguously, instead of a division and remainder per dim that keep the loop from
+    #: vectorizing. Views may carry a coordinate into a dim of another size (a coordinate
+    #: that ran over 2 indexing a dim of 4): such a dim is not its group's.
+    split: tuple[str, int, int, int] | None = None
 
 
 ZERO = Expr("0")
@@ -320,14 +322,15 @@ class CRenderer(IndexKernels):
     def _merged_groups(shape: tuple[int, ...], strides: tuple[int, ...],
                        idx: tuple[Expr, ...]) -> dict[int, tuple[str | None, int]]:
         """Dims whose coordinates ``reshape_index`` split off one flat index F, where the
-        buffer lays their whole group out contiguously (each dim's buffer stride its
+        buffer has exactly that group's dims (each the size the coordinate runs over,
+        together its whole size) laid out contiguously (each dim's buffer stride its
         stride within the group times the innermost's): dim -> (F, that innermost
         stride) for one of them and (None, 0) for the rest, since the group's terms sum
         to F times it."""
         groups: dict[tuple[str, int], list[int]] = {}
         for d, e in enumerate(idx):
-            if e.split is not None and shape[d] != 1:
-                groups.setdefault((e.split[0], e.split[2]), []).append(d)
+            if e.split is not None and shape[d] != 1 and shape[d] == e.split[2]:
+                groups.setdefault((e.split[0], e.split[3]), []).append(d)
         out: dict[int, tuple[str | None, int]] = {}
         for (flat, total), dims in groups.items():
             if math.prod(shape[d] for d in dims) != total:
@@ -531,7 +534,7 @@ class CRenderer(IndexKernels):
                 if st * size != total:  # the outermost dim of a group needs no modulo
                     code = f"({code}) % {size}"
                 out[d] = flat if code.isidentifier() else Expr(f"({code})", flat.vars,
-                                                                (flat.code, st, total))
+                                                                (flat.code, st, size, total))
         return tuple(out)
 
     def phase(self, v: Value, idx: tuple[Expr, ...], cur: Scope, key: tuple) -> Expr:
