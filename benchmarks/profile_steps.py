@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import re
 import statistics
@@ -33,14 +34,40 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _record_launches() -> list[tuple[Any, list[int], list[int]]]:
+def _record_launches() -> list[tuple[Any, list[Any], list[Any]]]:
     """Wrap the CPU backend's pointer launcher so each program's first launch records
-    (compiled program, addresses, packed addresses); the list fills as the model runs."""
-    from hologram.backends import cpu
+    (compiled program, its operands, packed copies of B); the list fills as the model
+    runs. The operands are copies the profile owns (the inputs' contents as they were,
+    fresh outputs): the launch's own tensors may be freed by the time steps are timed,
+    and a kernel writing through a stale address corrupts the heap."""
+    import numpy as np
 
-    seen: list[tuple[Any, list[int], list[int]]] = []
+    from hologram.backends import cpu
+    from hologram.memory.address import data_pointer
+
+    seen: list[tuple[Any, list[Any], list[Any]]] = []
     ids: set[int] = set()
     original = cpu.CPUBackend.pointer_launcher
+
+    def owned(compiled: Any, pointers: Any, packed: Any) -> tuple[list[Any], list[Any]]:
+        arrays = []
+        for (dt, shape), address in zip(compiled.program.inputs, pointers, strict=False):
+            a = np.empty(shape, dt.np_dtype)
+            if a.nbytes:
+                ctypes.memmove(data_pointer(a), address, a.nbytes)
+            arrays.append(a)
+        arrays += [np.empty(shape, dt.np_dtype) for dt, shape in compiled.program.output_specs]
+        copies = []
+        for site, address in zip(compiled.packs, packed, strict=True):
+            got = compiled_packs(compiled, site, address)
+            copies.append(got)
+        return arrays, copies
+
+    def compiled_packs(compiled: Any, site: Any, address: int) -> Any:
+        import hologram
+
+        return hologram.default_executor("cpu").backend.pack(
+            compiled, compiled.packs.index(site), address)
 
     def launcher(self: Any, compiled: Any) -> Any:
         run = original(self, compiled)
@@ -50,7 +77,7 @@ def _record_launches() -> list[tuple[Any, list[int], list[int]]]:
         def recorded(pointers: Any, packed: Any = ()) -> None:
             if id(compiled) not in ids:
                 ids.add(id(compiled))
-                seen.append((compiled, list(pointers), list(packed)))
+                seen.append((compiled, *owned(compiled, pointers, packed)))
             run(pointers, packed)
         return recorded
 
@@ -85,6 +112,17 @@ def _describe(compiled: Any) -> dict[str, str]:
     return out
 
 
+def _median_ms(call: Any, repeat: int) -> float:
+    """``call()`` once to warm up, then its median over ``repeat`` calls, in ms."""
+    call()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
 def profile(model: str, batch: int, repeat: int, top: int, source: str | None = None) -> None:
     import torch
     from bench_models import CNNS, build, build_cnn
@@ -92,6 +130,7 @@ def profile(model: str, batch: int, repeat: int, top: int, source: str | None = 
     import hologram
     import hologram_torch  # noqa: F401  (registers backend="hologram")
     from hologram.backends.cpu import _put_packed
+    from hologram.memory.address import data_pointer
 
     seen = _record_launches()
     m, make = build_cnn(model) if model in CNNS else build(model)
@@ -99,16 +138,13 @@ def profile(model: str, batch: int, repeat: int, top: int, source: str | None = 
     f = torch.compile(m, backend="hologram")
     with torch.no_grad():
         f(**inputs)
-        f(**inputs)
-        calls = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            f(**inputs)
-            calls.append(time.perf_counter() - t)
+        call_ms = _median_ms(lambda: f(**inputs), repeat)
     ex = hologram.default_executor("cpu")
     rows: list[tuple[float, str, int, str]] = []
     programs: list[float] = []  # each program's whole launch (hg_run), median ms
-    for pi, (compiled, pointers, packed) in enumerate(seen):
+    for pi, (compiled, arrays, packed_copies) in enumerate(seen):
+        pointers = [data_pointer(a) for a in arrays]
+        packed = [data_pointer(c) for c in packed_copies if c is not None]
         if source:
             with open(f"{source}.p{pi}.c", "w") as fh:
                 fh.write(compiled.lowered.source)
@@ -122,30 +158,18 @@ def profile(model: str, batch: int, repeat: int, top: int, source: str | None = 
             err = (ctypes.c_int64 * 2)()
             table[compiled.err_slot] = ctypes.addressof(err)
         what = _describe(compiled)
-        run = compiled.raw_kernels[0]
-        run(table)
-        whole = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            run(table)
-            whole.append(time.perf_counter() - t)
-        programs.append(statistics.median(whole) * 1e3)
+        programs.append(_median_ms(functools.partial(compiled.raw_kernels[0], table), repeat))
         for name in _steps(compiled.lowered.source):
             fn = lib[name]
             fn.restype = None
-            fn(table)
-            times = []
-            for _ in range(repeat):
-                t = time.perf_counter()
-                fn(table)
-                times.append(time.perf_counter() - t)
-            rows.append((statistics.median(times) * 1e3, name, pi, what.get(name, "")))
+            rows.append((_median_ms(functools.partial(fn, table), repeat), name, pi,
+                         what.get(name, "")))
         del block
     total = sum(r[0] for r in rows)
     rows.sort(reverse=True)
     print(f"{model}, batch {batch}: {len(seen)} program(s), {len(rows)} steps, "
           f"sum of step medians {total:.2f} ms, programs' launches {sum(programs):.2f} ms, "
-          f"whole call {statistics.median(calls) * 1e3:.2f} ms, "
+          f"whole call {call_ms:.2f} ms, "
           f"threads {hologram.get_num_threads()}")
     print(f"{'ms':>8} {'share':>6}  program/step  stores")
     for ms, name, pi, what in rows[:top]:
