@@ -56,15 +56,21 @@ def test_plain_and_transposed(m, k, n, dt):
 
 
 @needs_blas
-@pytest.mark.parametrize("m,k,n", [(400, 32, 100), (100, 32, 400), (300, 17, 310),
-                                   (31, 40, 1000), (200, 5, 1000)])
-def test_tiles_at_every_thread_count(m, k, n):
-    """A product's tiles cover its longer side exactly once at 1 to 5 threads: equal
-    tiles, or two rounds (``hg_edge``: half the tiles share two thirds of the side)
-    where each second-round tile is still ``MIN_TILE`` wide. Each output starts as NaN,
-    so a block of C that no tile wrote shows (a plain GEMM, and an epilogue fused per
-    tile). The shapes are above ``PARALLEL_MIN_FLOPS``, which runs smaller ones whole."""
+@pytest.mark.parametrize("m,k,n,two", [(1030, 64, 520, True), (520, 64, 1030, True),
+                                       (700, 97, 530, True), (50, 640, 1100, True),
+                                       (300, 17, 310, False), (100, 3400, 100, True)])
+def test_tiles_at_every_thread_count(m, k, n, two):
+    """A product's tiles cover its longer side exactly once at 1 to 5 threads: two
+    rounds (``hg_edge``: half the tiles share two thirds of the side) from
+    ``TWO_ROUNDS_MIN_FLOPS`` up where each second-round tile is still ``MIN_TILE`` wide,
+    else equal tiles (``two`` False), and equal tiles too where the second round's tiles
+    would be too thin (100 rows at 4 threads: four equal tiles, which ``rounds`` keeps
+    from being cut as two rounds of two).
+    Each output starts as NaN, so a block of C that no tile wrote shows (a plain GEMM,
+    and an epilogue fused per tile). Every shape is above ``PARALLEL_MIN_FLOPS``, which
+    runs smaller ones whole."""
     assert 2 * m * k * n >= blas.PARALLEL_MIN_FLOPS
+    assert (2 * m * k * n >= blas.TWO_ROUNDS_MIN_FLOPS) == two
     rng = np.random.default_rng(m + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)

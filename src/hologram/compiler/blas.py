@@ -80,7 +80,13 @@ typedef void (*hg_gemm_fn)(const hg_gemm_desc *, const void *, const void *, voi
 PARALLEL_MIN_FLOPS = 1 << 20
 #: Tiles thinner than this many rows (or columns) make BLAS's packing dominate.
 MIN_TILE = 16
-TWO_ROUNDS = True
+#: Products from this many flops are cut into two rounds of tiles (``hg_edge``), smaller
+#: ones into one tile per thread. Two rounds hold a product to 1.2-1.46x its quiet time
+#: with a core busy (docs/perf.md, session 15), but a product under ~60 MFLOP is over
+#: before the scheduler moves a thread (38 MFLOP stayed 2.2-2.8x either way), and its
+#: extra tiles each pay BLAS's packing: the README demo's MLP step (products of 2-4
+#: MFLOP) ran 1.20x eager's time with two rounds everywhere.
+TWO_ROUNDS_MIN_FLOPS = 1 << 26
 #: Packed copies of B (MKL) pay from 2 rows up: at 1 row (a matrix-vector product) the
 #: packed product ran slower than the plain one (84 against 148 GFLOP/s, 1 x 768 x 768,
 #: two threads), at 2 rows faster (225 against 207), at 4 rows 343 against 235
@@ -191,35 +197,45 @@ static int64_t hg_gcd(int64_t a, int64_t b) {
   return a;
 }
 
-/* Where tile t of `tiles` starts along `len` (t = tiles: len). An even count of 4 or
-   more is two rounds: the first tiles/2 (one per thread, claimed first) share two thirds
-   of len, the rest the last third. Quiet, every thread runs one of each; with a core
+/* Where tile t of `tiles` starts along `len` (t = tiles: len), in `rounds` rounds (from
+   hg_tiles_for; one: equal tiles). Two rounds (an even count of 4 or more): the first
+   tiles/2 (one per thread, claimed first) share two thirds of len, the rest the last
+   third. Quiet, every thread runs one of each; with a core
    shared by another process (its thread at half speed), the others run the second
    round while it finishes its first tile: 2/3 of the product on the full-speed thread,
    what perfect balance would give, from tiles no more than twice as many as threads.
    Equal tiles need three or four per thread for that, and every column tile packs A
-   again (docs/perf.md, session 14). */
-static int64_t hg_edge(int64_t len, int64_t t, int64_t tiles) {
-  if (tiles < 4 || tiles % 2) return len * t / tiles;
+   again (docs/perf.md, session 15). */
+static int64_t hg_edge(int64_t len, int64_t t, int64_t tiles, int rounds) {
+  if (rounds != 2 || tiles < 4 || tiles % 2) return len * t / tiles;
   const int64_t half = tiles / 2, first = 2 * len / 3;
   return t <= half ? first * t / half : first + (len - first) * (t - half) / half;
 }
 
-/* Tiles for `nt` threads along `len`: two rounds (2 nt) when the second round's tiles
-   are at least HG_MIN_TILE, else one per thread, none thinner than HG_MIN_TILE. */
-static int64_t hg_tiles_for(int64_t len, int64_t nt) {
-  if (HG_TWO_ROUNDS && nt > 1 && len / (3 * nt) >= HG_MIN_TILE) return 2 * nt;
-  if (nt > len / HG_MIN_TILE) nt = len / HG_MIN_TILE;
-  return nt < 1 ? 1 : nt;
+static double hg_flops(const hg_gemm_desc *d) {
+  return 2.0 * (double)d->nb * (double)d->m * (double)d->n * (double)d->k;
 }
 
 static int64_t hg_threads_for(const hg_gemm_desc *d) {
   int64_t nt = 1;
 #ifdef _OPENMP
-  if (2.0 * (double)d->nb * (double)d->m * (double)d->n * (double)d->k >= HG_PAR_FLOPS)
-    nt = HG_NT;
+  if (hg_flops(d) >= HG_PAR_FLOPS) nt = HG_NT;
 #endif
   return nt;
+}
+
+/* Tiles of `d` for `nt` threads along `len`, and in how many rounds (`*rounds`, for
+   hg_edge): two (2 nt tiles) for a product of at least HG_TWO_ROUNDS_FLOPS whose second
+   round's tiles are at least HG_MIN_TILE, else one tile per thread, none thinner than
+   HG_MIN_TILE. */
+static int64_t hg_tiles_for(const hg_gemm_desc *d, int64_t len, int64_t nt, int *rounds) {
+  *rounds = 1;
+  if (nt > 1 && hg_flops(d) >= HG_TWO_ROUNDS_FLOPS && len / (3 * nt) >= HG_MIN_TILE) {
+    *rounds = 2;
+    return 2 * nt;
+  }
+  if (nt > len / HG_MIN_TILE) nt = len / HG_MIN_TILE;
+  return nt < 1 ? 1 : nt;
 }
 
 /* An element-wise epilogue over rows 0..R, after column tiles (no row is complete
@@ -237,14 +253,14 @@ static void hg_epilogue_after(hg_epilogue_fn epi, void **table, int64_t R, int64
 }
 
 /* --- packed B (MKL) -----------------------------------------------------------------
-   A packed copy of one product's B: column tile t (columns hg_edge(n, t, tiles) ..
-   hg_edge(n, t + 1, tiles))
+   A packed copy of one product's B: column tile t (columns hg_edge(n, t, tiles, rounds)
+   .. hg_edge(n, t + 1, tiles, rounds), the rounds chosen when it was packed)
    packed by cblas_?gemm_pack for exactly that tile's (m, columns, k), so each tile is a
    documented pack/compute pair; MKL's packed data must not move, so the caller keeps
    the buffer where it was packed. */
 #define HG_PACK_MAGIC 0x4b434150474848LL  /* "HHGPACK" */
 typedef struct {
-  int64_t magic, f64, m, n, k, ta, tb, ldb, tiles;
+  int64_t magic, f64, m, n, k, ta, tb, ldb, tiles, rounds;
   int64_t off[HG_PACK_MAX_TILES + 1];  /* byte offset of each tile; off[tiles]: the size */
 } hg_packed;
 
@@ -256,22 +272,39 @@ static int hg_packable(const hg_gemm_desc *d) {
    be packed. */
 int64_t hg_gemm_pack_tiles(const hg_gemm_desc *d) {
   if (!hg_packable(d)) return 0;
-  int64_t tiles = hg_tiles_for(d->n, hg_threads_for(d));
+  int rounds;
+  int64_t tiles = hg_tiles_for(d, d->n, hg_threads_for(d), &rounds);
   return tiles > HG_PACK_MAX_TILES ? HG_PACK_MAX_TILES : tiles;
 }
+
+/* The rounds a copy packed now with `tiles` tiles is cut in: two where hg_tiles_for
+   chooses two rounds of that many tiles now, else one. */
+static int hg_pack_rounds(const hg_gemm_desc *d, int64_t tiles) {
+  int rounds;
+  return hg_tiles_for(d, d->n, hg_threads_for(d), &rounds) == tiles ? rounds : 1;
+}
+
+static size_t hg_layout_bytes(const hg_gemm_desc *d, int64_t tiles, int rounds);
 
 static size_t hg_tile_bytes(const hg_gemm_desc *d, int64_t cols) {
   size_t b = ((pack_size_t)hg_pack_size[d->f64])(162, d->m, cols, d->k);  /* CblasBMatrix */
   return (b + 63) / 64 * 64;
 }
 
-/* Bytes of a packed copy with `tiles` column tiles (0: not packable). */
-int64_t hg_gemm_pack_size(const hg_gemm_desc *d, int64_t tiles) {
-  if (!hg_packable(d) || tiles < 1 || tiles > HG_PACK_MAX_TILES || tiles > d->n) return 0;
+static size_t hg_layout_bytes(const hg_gemm_desc *d, int64_t tiles, int rounds) {
   size_t total = (sizeof(hg_packed) + 63) / 64 * 64;
   for (int64_t t = 0; t < tiles; t++)
-    total += hg_tile_bytes(d, hg_edge(d->n, t + 1, tiles) - hg_edge(d->n, t, tiles));
-  return (int64_t)total;
+    total += hg_tile_bytes(d, hg_edge(d->n, t + 1, tiles, rounds)
+                              - hg_edge(d->n, t, tiles, rounds));
+  return total;
+}
+
+/* Bytes of a packed copy with `tiles` column tiles (0: not packable): room for either
+   cut, so the copy fits whichever hg_gemm_pack chooses when it runs. */
+int64_t hg_gemm_pack_size(const hg_gemm_desc *d, int64_t tiles) {
+  if (!hg_packable(d) || tiles < 1 || tiles > HG_PACK_MAX_TILES || tiles > d->n) return 0;
+  const size_t one = hg_layout_bytes(d, tiles, 1), two = hg_layout_bytes(d, tiles, 2);
+  return (int64_t)(one > two ? one : two);
 }
 
 /* Pack B (the operand at `B`, as `d` reads it) into `dst` (64-byte aligned, of
@@ -282,10 +315,13 @@ int hg_gemm_pack(const hg_gemm_desc *d, const void *B, void *dst, int64_t tiles)
   memset(p, 0, sizeof *p);
   p->f64 = d->f64; p->m = d->m; p->n = d->n; p->k = d->k; p->ta = d->ta; p->tb = d->tb;
   p->ldb = d->ldb; p->tiles = tiles;
+  const int rounds = hg_pack_rounds(d, tiles);
+  p->rounds = rounds;
   int64_t off = (sizeof(hg_packed) + 63) / 64 * 64;
   for (int64_t t = 0; t < tiles; t++) {
     p->off[t] = off;
-    off += hg_tile_bytes(d, hg_edge(d->n, t + 1, tiles) - hg_edge(d->n, t, tiles));
+    off += hg_tile_bytes(d, hg_edge(d->n, t + 1, tiles, rounds)
+                            - hg_edge(d->n, t, tiles, rounds));
   }
   p->off[tiles] = off;
   const int64_t es = d->f64 ? 8 : 4;
@@ -293,7 +329,7 @@ int hg_gemm_pack(const hg_gemm_desc *d, const void *B, void *dst, int64_t tiles)
   const int tb = d->tb ? 112 : 111;
 #pragma omp parallel for num_threads(HG_NT) schedule(static) if(tiles > 1)
   for (int64_t t = 0; t < tiles; t++) {
-    int64_t lo = hg_edge(d->n, t, tiles), hi = hg_edge(d->n, t + 1, tiles);
+    int64_t lo = hg_edge(d->n, t, tiles, rounds), hi = hg_edge(d->n, t + 1, tiles, rounds);
     const char *b = b0 + (d->tb ? lo * d->ldb : lo) * es;  /* columns lo..hi of op(B) */
     char *out = (char *)dst + p->off[t];
     if (d->f64) ((dpack_t)hg_pack[1])(101, 162, tb, d->m, hi - lo, d->k, 1.0,
@@ -309,7 +345,8 @@ int hg_gemm_pack(const hg_gemm_desc *d, const void *B, void *dst, int64_t tiles)
 static int hg_pack_matches(const hg_gemm_desc *d, const hg_packed *p) {
   return hg_packable(d) && p->magic == HG_PACK_MAGIC && p->f64 == d->f64 && p->m == d->m
          && p->n == d->n && p->k == d->k && p->ta == d->ta && p->tb == d->tb
-         && p->ldb == d->ldb && p->tiles >= 1 && p->tiles <= HG_PACK_MAX_TILES;
+         && p->ldb == d->ldb && p->tiles >= 1 && p->tiles <= HG_PACK_MAX_TILES
+         && (p->rounds == 1 || p->rounds == 2);
 }
 
 typedef struct { const hg_gemm_desc *d; const char *a; const hg_packed *p; char *c0; } hg_pk_ctx;
@@ -319,7 +356,8 @@ static void hg_packed_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
   const int64_t es = d->f64 ? 8 : 4, tiles = x->p->tiles, ta = d->ta ? 112 : 111;
   (void)tid;
   for (int64_t t = t0; t < t1; t++) {
-    int64_t lo = hg_edge(d->n, t, tiles), hi = hg_edge(d->n, t + 1, tiles);
+    const int rounds = (int)x->p->rounds;
+    int64_t lo = hg_edge(d->n, t, tiles, rounds), hi = hg_edge(d->n, t + 1, tiles, rounds);
     const char *b = (const char *)x->p + x->p->off[t];
     char *c = x->c0 + lo * es;
     if (d->f64) ((dcompute_t)hg_compute[1])(101, ta, 151, d->m, hi - lo, d->k,  /* Packed */
@@ -344,7 +382,7 @@ typedef struct {
   const char *a0, *b0;
   char *c0;
   int64_t per, len;
-  int rows;
+  int rows, rounds;
   hg_epilogue_fn epi;
   void **table;
 } hg_tiles_ctx;
@@ -362,7 +400,7 @@ static void hg_tiles_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
       rest /= d->bshape[i];
       oa += v * d->bsa[i]; ob += v * d->bsb[i]; oc += v * d->bsc[i];
     }
-    int64_t lo = hg_edge(len, r, per), hi = hg_edge(len, r + 1, per);
+    int64_t lo = hg_edge(len, r, per, x->rounds), hi = hg_edge(len, r + 1, per, x->rounds);
     const char *a = x->a0 + oa * es, *b = x->b0 + ob * es;
     char *c = x->c0 + oc * es;
     if (x->rows) {  /* rows lo..hi of A (row i of A^T is column i of the stored matrix) */
@@ -392,11 +430,15 @@ void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_ep
      are at least as many as threads, else each in nt / gcd(nb, nt) equal tiles. */
   const int rows = d->m >= d->n;
   const int64_t len = rows ? d->m : d->n;
-  int64_t per = d->nb == 1 ? hg_tiles_for(len, nt) : nt / hg_gcd(d->nb, nt);
-  if (per > len / HG_MIN_TILE) per = len / HG_MIN_TILE;
+  int rounds = 1;
+  int64_t per = d->nb == 1 ? hg_tiles_for(d, len, nt, &rounds) : nt / hg_gcd(d->nb, nt);
+  if (per > len / HG_MIN_TILE) {
+    per = len / HG_MIN_TILE;
+    rounds = 1;
+  }
   if (per < 1) per = 1;
   hg_tiles_ctx x = {d, (const char *)A + d->oa * es, (const char *)B + d->ob * es,
-                    (char *)C + d->oc * es, per, len, rows, epi, table};
+                    (char *)C + d->oc * es, per, len, rows, rounds, epi, table};
   hg_enter();
   hg_par_nt(hg_tiles_chunk, &x, d->nb * per, 1, nt);
   hg_leave();
@@ -676,7 +718,8 @@ RUNTIME_KEY = {"runtime": "gemm"}
 def runtime_source() -> str:
     """The GEMM driver's C source."""
     return (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
-            f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n#define HG_TWO_ROUNDS {int(TWO_ROUNDS)}\n"
+            f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n"
+            f"#define HG_TWO_ROUNDS_FLOPS {TWO_ROUNDS_MIN_FLOPS}.0\n"
             + RUNTIME_C)
 
 
