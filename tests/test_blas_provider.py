@@ -1,9 +1,10 @@
-"""Which BLAS hologram's GEMMs run on (compiler/blas.py ``provider``): MKL from the ``mkl``
-wheel when installed, else NumPy's OpenBLAS; ``HOLOGRAM_BLAS`` chooses, ``HOLOGRAM_GEMM=numpy``
-means np.matmul. Each case runs in a fresh interpreter (the choice is made once per
-process). The GEMM test files run again under the provider the default did not pick, so
-both are covered wherever both are installed; tests that need MKL skip without it (CI
-does not install it).
+"""Which BLAS hologram's GEMMs run on (compiler/blas.py ``provider``): with MKL (the ``mkl``
+wheel) and NumPy's OpenBLAS both usable, the one measured faster on this machine
+(``blas_choice``, remembered in the kernel cache), else the one there; ``HOLOGRAM_BLAS``
+chooses, ``HOLOGRAM_GEMM=numpy`` means np.matmul. Each case runs in a fresh interpreter
+(the choice is made once per process). The GEMM test files run again under the provider
+the default did not pick, so both are covered wherever both are installed; tests that
+need MKL skip without it.
 """
 
 from __future__ import annotations
@@ -50,12 +51,75 @@ def _want_sum() -> float:
     return float((a @ a.T).sum())
 
 
-def test_default_is_mkl_when_installed_else_openblas():
+def test_default_is_the_measured_faster_one_when_both_else_the_one_there():
     name, describe, warned, total = _probe()
-    assert name == ("mkl" if HAVE_MKL else "openblas" if HAVE_OPENBLAS else "None")
-    if HAVE_MKL:
-        assert "MKL" in describe and "sequential" in describe and "default: MKL first" in describe
+    if HAVE_MKL and HAVE_OPENBLAS:
+        assert name in ("mkl", "openblas")
+        assert "measured on this CPU: OpenBLAS at" in describe
+        assert ("sequential" in describe) == (name == "mkl")
+    else:
+        assert name == ("mkl" if HAVE_MKL else "openblas" if HAVE_OPENBLAS else "None")
+        if HAVE_MKL:
+            assert "MKL" in describe and "default: MKL first" in describe
     assert warned == 0 and total == _want_sum()
+
+
+needs_both = pytest.mark.skipif(not (HAVE_MKL and HAVE_OPENBLAS),
+                                reason="needs both MKL and NumPy's OpenBLAS")
+
+
+@needs_both
+@pytest.mark.parametrize(("ratio", "want"), [(2.0, "openblas"), (1.05, "mkl"), (0.5, "mkl")])
+def test_a_remembered_measurement_decides_without_timing_again(tmp_path, ratio, want):
+    """The record in the kernel cache decides (OpenBLAS only from MARGIN up), so every
+    process on a machine makes the same choice; nothing is timed while it is there."""
+    code = ("from hologram.compiler import blas, blas_choice\n"
+            "mkl, ob = blas.mkl_blas()[0], blas.numpy_blas()[0]\n"
+            f"blas_choice._write(blas_choice._record_path(mkl, ob), {ratio})\n"
+            "def refuse(*a):\n"
+            "    raise AssertionError('timed again')\n"
+            "blas_choice.measure = refuse\n"
+            "print(blas.provider()[0].name)\n"
+            "print(blas.describe())\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
+    env["HOLOGRAM_CACHE_DIR"] = str(tmp_path / "cache")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    name, describe = r.stdout.strip().split("\n")[-2:]
+    assert name == want
+    assert f"OpenBLAS at {ratio:.2f}x MKL's speed" in describe and "remembered" in describe
+
+
+@needs_both
+def test_a_damaged_record_is_measured_again_and_replaced(tmp_path, monkeypatch):
+    from hologram.compiler import blas_choice
+
+    monkeypatch.setenv("HOLOGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    mkl, ob = blas.mkl_blas()[0], blas.numpy_blas()[0]
+    path = blas_choice._record_path(mkl, ob)
+    assert path is not None
+    for damaged in ("{not json", '{"openblas_over_mkl": "nan"}', '{"other": 1}'):
+        with open(path, "w") as f:
+            f.write(damaged)
+        first = blas_choice.choose(mkl, ob)
+        assert not first.cached and first.ratio > 0
+        again = blas_choice.choose(mkl, ob)
+        assert again.cached and again.ratio == first.ratio and again.name == first.name
+        assert again.name == ("openblas" if first.ratio >= blas_choice.MARGIN else "mkl")
+
+
+@needs_both
+def test_the_record_is_per_library_version(tmp_path, monkeypatch):
+    """Another OpenBLAS (or MKL) build is another record: an upgrade is measured again."""
+    import dataclasses
+
+    from hologram.compiler import blas_choice
+
+    monkeypatch.setenv("HOLOGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    mkl, ob = blas.mkl_blas()[0], blas.numpy_blas()[0]
+    other = dataclasses.replace(ob, config=ob.config + " (another build)")
+    assert blas_choice._record_path(mkl, ob) != blas_choice._record_path(mkl, other)
 
 
 @pytest.mark.skipif(not HAVE_OPENBLAS, reason="NumPy has no OpenBLAS here")
@@ -117,6 +181,7 @@ def test_mkl_runs_sequential_without_intel_openmp():
             "print('libmkl_sequential' in maps, 'libiomp5' in maps,\n"
             "      'libmkl_intel_thread' in maps or 'libmkl_gnu_thread' in maps)\n")
     env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
+    env["HOLOGRAM_BLAS"] = "mkl"  # the default may be OpenBLAS on this machine
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -143,8 +208,8 @@ def test_mkl_stays_out_of_the_global_scope_and_pytorch_keeps_its_threads():
             "want = torch.from_numpy(a.astype(np.float64) @ a)\n"
             "print(float((torch.mm(t, t) - want).abs().max()))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**env, "HOLOGRAM_BLAS": "mkl"}, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     leaked, threads, err = r.stdout.split()
     fresh = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],

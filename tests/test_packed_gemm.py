@@ -23,8 +23,9 @@ from hologram.isa.builder import program
 from hologram.memory.address import data_pointer
 
 CAN_PACK = (blas.provider()[0] is not None and blas.provider()[0].pack is not None)
-needs_pack = pytest.mark.skipif(not CAN_PACK, reason=f"the BLAS cannot pack B: "
-                                f"{blas.describe()} (pip install mkl)")
+needs_pack = pytest.mark.skipif(
+    not CAN_PACK, reason=f"the BLAS cannot pack B: {blas.describe()} (with MKL installed, "
+    "test_blas_provider runs this file again under HOLOGRAM_BLAS=mkl)")
 
 
 def _ex():

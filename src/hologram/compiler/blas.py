@@ -11,11 +11,13 @@ it is loaded: it ships the same libgomp) already use: the C driver below splits
 each product (or batch of products) into row or column tiles, runs the tiles on
 OpenMP threads, and each tile calls the library's single-threaded ``?gemm``.
 
-Which library (``provider()``): MKL when the ``mkl`` wheel is installed
-(``pip install hologram[mkl]``), else NumPy's OpenBLAS; ``HOLOGRAM_BLAS=mkl|openblas``
-chooses. MKL first because it measured faster on every model shape on this project's
+Which library (``provider()``): with both MKL (the ``mkl`` wheel, ``pip install
+hologram[mkl]``) and NumPy's OpenBLAS usable, the faster one on this machine, measured
+once and remembered (``blas_choice``): MKL won every model shape on this project's
 AVX-512 machine (single thread, 768-wide products at M=128: 191-195 GFLOP/s against
-OpenBLAS's 153-155; an 8-row product 68 against 29; docs/perf.md, session 9). hologram
+OpenBLAS's 153-155; an 8-row product 68 against 29; docs/perf.md, session 9), OpenBLAS
+the wide products on an AVX2 Zen 3 (session 15). Else whichever is usable;
+``HOLOGRAM_BLAS=mkl|openblas`` chooses. hologram
 links MKL's ILP64 interface, sequential and core layers from the wheel's directory into
 a small library of its own and loads that with RTLD_LOCAL (``mkl_blas`` says why not
 ``libmkl_rt``): MKL starts no threads of its own (our OpenMP threads do the splitting),
@@ -659,8 +661,10 @@ def _mkl_warm_up(sgemm: int, dgemm: int) -> str:
 #: The BLAS libraries GEMM can run on, by the name ``HOLOGRAM_BLAS`` takes.
 PROVIDERS: dict[str, Callable[[], tuple[Blas | None, str]]] = {
     "mkl": mkl_blas, "openblas": numpy_blas}
-#: Tried in this order when ``HOLOGRAM_BLAS`` is unset: MKL measured faster than
-#: OpenBLAS on every model shape, packed or not (docs/perf.md, session 9).
+#: Tried in this order when ``HOLOGRAM_BLAS`` is unset and only one is usable (with both,
+#: ``blas_choice`` measures which is faster on this machine): MKL measured faster than
+#: OpenBLAS on every model shape, packed or not, on the AVX-512 machine (docs/perf.md,
+#: session 9).
 DEFAULT_ORDER = ("mkl", "openblas")
 
 
@@ -675,6 +679,14 @@ def provider() -> tuple[Blas | None, str]:
     if asked and asked not in PROVIDERS:
         raise ValueError(f"HOLOGRAM_BLAS must be one of {', '.join(PROVIDERS)} (or unset), "
                          f"got {asked!r}")
+    if not asked:
+        both = {name: PROVIDERS[name]() for name in DEFAULT_ORDER}
+        if all(found is not None for found, _ in both.values()):
+            from .blas_choice import choose
+
+            choice = choose(both["mkl"][0], both["openblas"][0])  # type: ignore[arg-type]
+            found, how = both[choice.name]
+            return found, f"{how} [{choice.why()}]"
     order = [asked, *(p for p in DEFAULT_ORDER if p != asked)] if asked else DEFAULT_ORDER
     missing: list[str] = []
     for name in order:
