@@ -237,6 +237,11 @@ WORKLOADS = {
 }
 
 
+#: Pause before each sample (then one untimed call), so each implementation is timed as
+#: it runs in a loop of its own, not beside the previous row's spinning threads.
+SETTLE_S = 0.12
+
+
 def inputs(name: str, scale: float) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(0)
     f = np.float32
@@ -353,7 +358,9 @@ def _workload(rep, name, scale, repeat, hg, makers, failed_import, jax, jnp) -> 
         tf = torch.compile(makers["torch.compile"][name])
         txs = [torch.from_numpy(x) for x in xs]
         add("torch.compile", lambda tf=tf, txs=txs: _np(tf(*txs)), "Inductor")
-    add_interleaved(t, rows, repeat=repeat, failed=errors)
+    # settle: NumPy's OpenBLAS, Numba's and PyTorch's pools spin ~0.1 s after a call; the
+    # next row's sample must not share the cores with them (docs/perf.md, session 15)
+    add_interleaved(t, rows, repeat=repeat, settle_s=SETTLE_S, failed=errors)
     for peer in ("numpy", "numexpr", "numba", "jax.jit", "torch.compile"):
         r = t.ratio_to(peer, "hologram jit")
         if r is not None:

@@ -88,6 +88,74 @@ def test_tiles_at_every_thread_count(m, k, n, two):
         hologram.set_num_threads(None)
 
 
+@needs_blas
+@pytest.mark.parametrize("m,k", [(127, 40), (128, 40), (300, 17), (1000, 64), (130, 0),
+                                 (40, 200)])
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_gram_products_are_symmetric_and_right_at_every_thread_count(m, k, dt):
+    """``x @ x.T`` and ``x.T @ x`` (one operand read plainly and transposed) compute the
+    lower triangle in strips and mirror it (``hg_gemm_symmetric``, from
+    ``SYMMETRIC_MIN`` rows): every element written (outputs start as NaN), the result
+    exactly symmetric, right against float64 with and without a fused epilogue, on a
+    strided operand (a column slice: its rows keep the parent's stride), at 1-5 threads.
+    127 rows and k = 0 take the plain path; they must agree all the same."""
+    rng = np.random.default_rng(m + k)
+    parent = rng.standard_normal((m, k + 5)).astype(dt)
+    x = parent[:, 2:2 + k]  # non-contiguous rows
+    want = x.astype(np.float64) @ x.T.astype(np.float64)
+    want_t = x.T.astype(np.float64) @ x.astype(np.float64)
+    gram = hologram.jit(lambda a: a @ a.T)
+    gram_t = hologram.jit(lambda a: a.T @ a)
+    fused = hologram.jit(lambda a: np.tanh(a @ a.T) * 2.0)
+    tol = (1e-5 if dt == np.float32 else 1e-12) * max(k, 1)
+    try:
+        for nt in (1, 2, 3, 4, 5):
+            hologram.set_num_threads(nt)
+            out = np.full((m, m), np.nan, dt)
+            gram(x, out=out)
+            np.testing.assert_allclose(out, want, rtol=0, atol=tol * 10)
+            # mirrored: exactly symmetric (a plain product, as at 127 rows, is not: its
+            # two triangles differ in the last bit)
+            if m >= blas.SYMMETRIC_MIN and k > 0:
+                np.testing.assert_array_equal(out, out.T)
+            out_t = np.full((k, k), np.nan, dt)
+            gram_t(x, out=out_t)
+            np.testing.assert_allclose(out_t, want_t, rtol=0, atol=tol * 10 * m / max(k, 1))
+            if k >= blas.SYMMETRIC_MIN:
+                np.testing.assert_array_equal(out_t, out_t.T)
+            out = np.full((m, m), np.nan, dt)
+            fused(x, out=out)
+            np.testing.assert_allclose(out, np.tanh(want) * 2.0, rtol=0, atol=tol * 10)
+    finally:
+        hologram.set_num_threads(None)
+
+
+@needs_blas
+def test_gram_product_propagates_nan_and_inf_like_numpy():
+    x = np.random.default_rng(1).standard_normal((200, 30)).astype(np.float32)
+    x[3, 5], x[150, 7], x[60, 2] = np.nan, np.inf, -np.inf
+    got = hologram.jit(lambda a: a @ a.T)(x)
+    want = x.astype(np.float64) @ x.T.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+
+
+@needs_blas
+def test_same_values_in_two_buffers_is_a_plain_product():
+    """Only one operand read twice is known symmetric; equal contents in two buffers run
+    the plain product, and a different ``ld`` or an offset view is not mistaken for it."""
+    x = np.random.default_rng(2).standard_normal((256, 48)).astype(np.float32)
+    got = hologram.jit(lambda a, b: a @ b.T)(x, x.copy())
+    np.testing.assert_allclose(got, x.astype(np.float64) @ x.T.astype(np.float64),
+                               rtol=0, atol=1e-4)
+    # rows 0..255 against rows 1..256 of one buffer: same pointer base, not symmetric
+    big = np.random.default_rng(3).standard_normal((257, 48)).astype(np.float32)
+    got = hologram.jit(lambda a: a[:-1] @ a[1:].T)(big)
+    want = big[:-1].astype(np.float64) @ big[1:].T.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
+
+
 def test_nan_inf_propagate():
     a = np.ones((64, 64), np.float32)
     b = np.ones((64, 64), np.float32)

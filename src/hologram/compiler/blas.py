@@ -89,6 +89,11 @@ MIN_TILE = 16
 #: extra tiles each pay BLAS's packing: the README demo's MLP step (products of 2-4
 #: MFLOP) ran 1.20x eager's time with two rounds everywhere.
 TWO_ROUNDS_MIN_FLOPS = 1 << 26
+#: Gram products (``x @ x.T``) from this size compute the lower triangle in strips and
+#: mirror it (``hg_gemm_symmetric``); smaller ones stay one plain product.
+SYMMETRIC_MIN = 128
+#: The symmetric path's strips have at least this many rows (BLAS packing per call).
+SYMMETRIC_MIN_STRIP = 64
 #: Packed copies of B (MKL) pay from 2 rows up: at 1 row (a matrix-vector product) the
 #: packed product ran slower than the plain one (84 against 148 GFLOP/s, 1 x 768 x 768,
 #: two threads), at 2 rows faster (225 against 207), at 4 rows 343 against 235
@@ -418,11 +423,78 @@ static void hg_tiles_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
   }
 }
 
+/* --- symmetric products: C = op(A) op(A)^T ------------------------------------------
+   A Gram matrix (x @ x.T, x.T @ x: one operand read plainly and transposed) is
+   symmetric, so half its products need not run. Row strip t computes C[lo:hi, 0:hi] (its
+   rows left of the diagonal and its diagonal block), then the strict upper triangle is
+   copied from the lower: (T + 1) / 2T of the flops in T equal strips. Strips are claimed
+   largest first (the bottom one spans every column), so a thread that finishes early
+   takes the small ones. NumPy's matmul goes to ?syrk for the same case; its OpenBLAS
+   ssyrk ran 1.4x *slower* than a plain product on 1024 x 256 here (docs/perf.md,
+   session 15), so the strips call ?gemm. */
+static int hg_symmetric(const hg_gemm_desc *d, const void *A, const void *B) {
+  const int64_t es = d->f64 ? 8 : 4;
+  return d->nb == 1 && d->m == d->n && d->m >= HG_SYM_MIN && d->ta != d->tb &&
+         d->lda == d->ldb && d->k > 0 &&
+         (const char *)A + d->oa * es == (const char *)B + d->ob * es;
+}
+
+typedef struct { const hg_gemm_desc *d; const char *a; char *c; int64_t strips; } hg_sym_ctx;
+static void hg_sym_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
+  const hg_sym_ctx *x = (const hg_sym_ctx *)ctx;
+  const hg_gemm_desc *d = x->d;
+  const int64_t es = d->f64 ? 8 : 4, T = x->strips;
+  (void)tid;
+  for (int64_t t = t0; t < t1; t++) {
+    const int64_t s = T - 1 - t, lo = d->m * s / T, hi = d->m * (s + 1) / T;
+    const char *a = x->a + (d->ta ? lo : lo * d->lda) * es;
+    hg_call(d, hi - lo, hi, a, x->a, x->c + lo * d->ldc * es);  /* B: columns 0..hi */
+  }
+}
+
+#define HG_MIRROR_BLOCK 32
+/* Rows of blocks b0..b1: C[i][j] = C[j][i] for j > i, 32 x 32 blocks at a time. */
+static void hg_mirror_chunk(void *ctx, int64_t b0, int64_t b1, int tid) {
+  const hg_sym_ctx *x = (const hg_sym_ctx *)ctx;
+  const int64_t m = x->d->m, ld = x->d->ldc, B = HG_MIRROR_BLOCK;
+  (void)tid;
+  for (int64_t bi = b0; bi < b1; bi++)
+    for (int64_t j0 = bi * B; j0 < m; j0 += B)
+      for (int64_t i = bi * B; i < (bi + 1) * B && i < m; i++) {
+        const int64_t j1 = j0 + B < m ? j0 + B : m;
+        if (x->d->f64) {
+          double *c = (double *)x->c;
+          for (int64_t j = j0 > i ? j0 : i + 1; j < j1; j++) c[i * ld + j] = c[j * ld + i];
+        } else {
+          float *c = (float *)x->c;
+          for (int64_t j = j0 > i ? j0 : i + 1; j < j1; j++) c[i * ld + j] = c[j * ld + i];
+        }
+      }
+}
+
+static void hg_gemm_symmetric(const hg_gemm_desc *d, const void *A, void *C,
+                              hg_epilogue_fn epi, void **table) {
+  const int64_t es = d->f64 ? 8 : 4, nt = hg_threads_for(d);
+  int64_t strips = 4 * nt;
+  if (strips > d->m / HG_SYM_MIN_STRIP) strips = d->m / HG_SYM_MIN_STRIP;
+  if (strips < 2) strips = 2;
+  hg_sym_ctx x = {d, (const char *)A + d->oa * es, (char *)C + d->oc * es, strips};
+  hg_enter();
+  hg_par_nt(hg_sym_chunk, &x, strips, 1, nt);
+  hg_par_nt(hg_mirror_chunk, &x, (d->m + HG_MIRROR_BLOCK - 1) / HG_MIRROR_BLOCK, 1, nt);
+  hg_leave();
+  if (epi) hg_epilogue_after(epi, table, d->m, nt);
+}
+
 void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_epilogue_fn epi,
              void **table, const void *packed) {
   if (d->m == 0 || d->n == 0 || d->nb == 0) return;
   if (packed && hg_pack_matches(d, (const hg_packed *)packed)) {
     hg_gemm_packed(d, A, (const hg_packed *)packed, C, epi, table);
+    return;
+  }
+  if (hg_symmetric(d, A, B)) {
+    hg_gemm_symmetric(d, A, C, epi, table);
     return;
   }
   const int64_t es = d->f64 ? 8 : 4;
@@ -732,6 +804,7 @@ def runtime_source() -> str:
     return (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
             f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n"
             f"#define HG_TWO_ROUNDS_FLOPS {TWO_ROUNDS_MIN_FLOPS}.0\n"
+            f"#define HG_SYM_MIN {SYMMETRIC_MIN}\n#define HG_SYM_MIN_STRIP {SYMMETRIC_MIN_STRIP}\n"
             + RUNTIME_C)
 
 
