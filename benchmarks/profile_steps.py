@@ -42,6 +42,7 @@ def _record_launches() -> list[tuple[Any, list[Any], list[Any]]]:
     and a kernel writing through a stale address corrupts the heap."""
     import numpy as np
 
+    import hologram
     from hologram.backends import cpu
     from hologram.memory.address import data_pointer
 
@@ -57,17 +58,10 @@ def _record_launches() -> list[tuple[Any, list[Any], list[Any]]]:
                 ctypes.memmove(data_pointer(a), address, a.nbytes)
             arrays.append(a)
         arrays += [np.empty(shape, dt.np_dtype) for dt, shape in compiled.program.output_specs]
-        copies = []
-        for site, address in zip(compiled.packs, packed, strict=True):
-            got = compiled_packs(compiled, site, address)
-            copies.append(got)
+        backend = hologram.default_executor("cpu").backend
+        copies = [backend.pack(compiled, i, address)
+                  for i, (_, address) in enumerate(zip(compiled.packs, packed, strict=True))]
         return arrays, copies
-
-    def compiled_packs(compiled: Any, site: Any, address: int) -> Any:
-        import hologram
-
-        return hologram.default_executor("cpu").backend.pack(
-            compiled, compiled.packs.index(site), address)
 
     def launcher(self: Any, compiled: Any) -> Any:
         run = original(self, compiled)

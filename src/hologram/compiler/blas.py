@@ -714,15 +714,22 @@ def mkl_blas() -> tuple[Blas | None, str]:
     return found, how
 
 
+def cblas_gemm(address: int, ct: Any, ilp64: bool) -> Any:
+    """A Python callable for the ``cblas_?gemm`` at ``address`` (``ct``: ``c_float`` or
+    ``c_double``; ``ilp64``: 64-bit sizes): (layout, transA, transB, m, n, k, alpha, A,
+    lda, B, ldb, beta, C, ldc), addresses as ints."""
+    i = ctypes.c_int64 if ilp64 else ctypes.c_int32
+    return ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i, ct,
+                            ctypes.c_void_p, i, ctypes.c_void_p, i, ct, ctypes.c_void_p,
+                            i)(address)
+
+
 def _mkl_warm_up(sgemm: int, dgemm: int) -> str:
     """One tiny product of each type now: MKL loads its CPU-specific kernels at its
     first call, and they bind while only MKL's own scope can answer. Returns what went
     wrong, or ""."""
     for addr, ct in ((sgemm, ctypes.c_float), (dgemm, ctypes.c_double)):
-        i64 = ctypes.c_int64
-        fn = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i64, i64, i64, ct,
-                              ctypes.c_void_p, i64, ctypes.c_void_p, i64, ct, ctypes.c_void_p,
-                              i64)(addr)
+        fn = cblas_gemm(addr, ct, ilp64=True)
         a, b, c = (ct * 4)(1, 2, 3, 4), (ct * 4)(1, 0, 0, 1), (ct * 4)()
         fn(101, 111, 111, 2, 2, 2, 1.0, a, 2, b, 2, 0.0, c, 2)
         if list(c) != [1, 2, 3, 4]:

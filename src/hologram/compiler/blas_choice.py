@@ -74,17 +74,12 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _sgemm(b: Blas) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    i = ctypes.c_int64 if b.ilp64 else ctypes.c_int32
-    proto = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i,
-                             ctypes.c_float, ctypes.c_void_p, i, ctypes.c_void_p, i,
-                             ctypes.c_float, ctypes.c_void_p, i)
-    return proto(b.sgemm)
-
-
 def measure(mkl: Blas, openblas: Blas) -> float:
     """OpenBLAS's speed over MKL's (geometric mean over SHAPES), each single-threaded."""
-    fns = {"mkl": _sgemm(mkl), "openblas": _sgemm(openblas)}
+    from .blas import cblas_gemm
+
+    fns = {name: cblas_gemm(b.sgemm, ctypes.c_float, b.ilp64)
+           for name, b in (("mkl", mkl), ("openblas", openblas))}
     set_threads = (ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(openblas.set_threads)
                    if openblas.set_threads else None)
     rng = np.random.default_rng(0)
