@@ -72,6 +72,10 @@ OPENVINO_OPTIONS = {"aot_autograd": True, "config": {"INFERENCE_PRECISION_HINT":
 def build(name: str) -> tuple[Any, Callable[[int], dict[str, Any]]]:
     """(model in eval mode, inputs(batch) -> kwargs) for one of the benchmark models."""
     import torch
+
+    from hologram_torch.torchvision_import import import_torchvision
+
+    import_torchvision()  # before transformers, which imports torchvision when installed
     import transformers as tf
 
     torch.manual_seed(0)
