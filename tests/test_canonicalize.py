@@ -204,6 +204,27 @@ def _attention(q, k, v, scales=(-0.5,)):
     return make
 
 
+def _sink_permute(d):
+    # a permuted input through a bias add, a constant, a same-permuted second operand,
+    # and a unary op; then permuted back (the permutes must cancel)
+    def fn(x, y, bias):
+        t = x.permute(1, 0, 2)  # [3, 2, 4]
+        u = ((t + bias.reshape(1, 1, 4).expand((3, 2, 4))) * 0.5).exp() * y.permute(1, 0, 2)
+        return u.permute(1, 0, 2), u - 1.0
+    return b.program(fn, [(d, (2, 3, 4)), (d, (2, 3, 4)), (d, (4,))])
+
+
+def _sink_split_reshape(d):
+    # a [4, 8] product-like value read as [4, 2, 2, 2] through a bias broadcast per row,
+    # a constant and a unary op; and a broadcast that does not split alike (declined)
+    def fn(x, bias, col):
+        r = x.reshape(4, 2, 2, 2)
+        y = ((r + bias.reshape(4, 1, 1, 1).expand((4, 2, 2, 2))) * 2.0).tanh()
+        z = r * col.reshape(1, 1, 2, 1).expand((4, 2, 2, 2))
+        return y, z
+    return b.program(fn, [(d, S), (d, (4,)), (d, (2,))])
+
+
 def _prog(fn, n=1):
     return lambda d: b.program(fn, [(d, S)] * n)
 
@@ -249,6 +270,8 @@ CASES = {
     "scan_unit_axis": _scan_unit_axis,
     "scatter_empty_src": _scatter_empty_src,
     "cvt_iota": _cvt_iota,
+    "sink_permute": _sink_permute,
+    "sink_split_reshape": _sink_split_reshape,
     "pow_one": _prog(lambda x: x ** 1.0),
     "pow_two": _prog(lambda x: x ** 2.0),
 }
@@ -264,6 +287,22 @@ def test_rule_fires_and_is_exact(rule, dtype):
     assert q.inputs == p.inputs
     q.verify()
     assert_equivalent(p, q)
+
+
+def test_sunk_permutes_cancel_and_split_reshapes_run_over_long_rows():
+    """What the layout rules are for: a value permuted, worked on element-wise and
+    permuted back has no permute left (no copy either way), and an element-wise op over
+    a split reshape runs over the unsplit shape; a broadcast that does not split alike
+    keeps its op where it was."""
+    q, _ = canonicalize(_sink_permute("f32"))
+    back = q.outputs[0]
+    assert back.op is not Op.PERMUTE
+    assert not any(v.op is Op.PERMUTE and v.srcs[0].op not in (Op.EXPAND, Op.LDG)
+                   for v in q.instructions if v.ndim == 3 and v.shape == (2, 3, 4))
+    q, _ = canonicalize(_sink_split_reshape("f32"))
+    assert [v.shape for v in q.instructions if v.op is Op.TANH] == [(4, 8)]
+    assert [v.shape for v in q.instructions if v.op is Op.MUL and v.srcs[0].op is not Op.CONST
+            and v.srcs[1].op is not Op.CONST] == [(4, 2, 2, 2)]
 
 
 def _correct_pow(x: np.ndarray, n: int) -> np.ndarray:

@@ -131,3 +131,23 @@ def test_random_tails_match_reference(steps, seed):
         return (*outs, vals[-1])
 
     _check(fn, [("f32", (M, K)), ("f32", (N, K)), ("f32", (N, K))], seed)
+
+
+def test_epilogue_over_a_split_product_covers_each_tile_row_once():
+    """A 1x1 convolution's product ``[C, H*W]`` viewed as ``[1, C, H, W]`` with a bias
+    per channel: the canonical form runs the add over the product's own rows (the
+    reshape sinks below it) and the output is a reshape of that. The per-tile epilogue
+    must then step through the product's rows of H*W, not the view's rows of W: an
+    epilogue that took W for its rows wrote H times past each tile (a heap overwrite
+    that crashed the next allocation)."""
+    import re
+
+    def fn(w, x, bias):
+        return (w @ x).reshape(1, 4, 7, 7) + bias.reshape(4, 1, 1).expand((1, 4, 7, 7))
+
+    c = _check(fn, [("f64", (4, 4)), ("f64", (4, 49)), ("f64", (4,))])
+    rows = re.findall(r"for \(int64_t o = lo(?: \* (\d+))?; o < hi.*?\n.*?\n"
+                      r"(?:.*\n)*?for \(int64_t j = 0; j < (\d+);", c.source)
+    assert rows, "no per-tile epilogue"
+    for factor, length in rows:
+        assert int(factor or 1) * int(length) == 49

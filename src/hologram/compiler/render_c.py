@@ -700,10 +700,9 @@ class CRenderer(IndexKernels):
         self.computing = set() if copy else {id(v)}
         self.computing |= {id(s) for s, _ in k.siblings}
         c = v
-        while (c.op is Op.RESHAPE and id(c) in self.computing
-               and id(c.srcs[0]) not in self.sched.buffers):
-            c = c.srcs[0]  # a reshape's bytes are its source's: compute the source in place
-            self.computing.add(id(c))
+        if not copy:
+            c = computed_in_place(v, self.sched)
+            self.computing |= {id(x) for x in reshapes_between(v, c)}
         top = Scope("kernel", None, None)
         if group(c.op) is Group.REDUCE and id(c) in self.computing:
             body = (self.column_reduce_kernel(c, k, top) if self.column_reduction(c)
@@ -802,7 +801,7 @@ class CRenderer(IndexKernels):
         self.row_len = row_len
         # an epilogue has no reduction, so its store loop's rows are its last dimension,
         # which divides the product's rows (fusable_epilogue): row_factor of them each
-        self.row_factor = row_len // k.sinks[0][0].shape[-1]
+        self.row_factor = row_len // computed_in_place(k.sinks[0][0], self.sched).shape[-1]
         try:
             text = self.kernel(KernelPlan(rows_name(k.name), k.sinks))
         finally:
@@ -1221,6 +1220,24 @@ def rows_name(name: str) -> str:
     return f"{name}_rows"
 
 
+def computed_in_place(v: Value, sched: Schedule) -> Value:
+    """The value a kernel storing ``v`` computes, and whose shape its loops run over:
+    ``v`` itself, or, through reshapes of values nothing stores, their first source (a
+    reshape's bytes are its source's, so the source is computed in place)."""
+    c = v
+    while c.op is Op.RESHAPE and id(c.srcs[0]) not in sched.buffers:
+        c = c.srcs[0]
+    return c
+
+
+def reshapes_between(v: Value, c: Value) -> list[Value]:
+    """The reshapes from ``v`` down to ``c`` (:func:`computed_in_place`), ``c`` included."""
+    out = [v]
+    while out[-1] is not c:
+        out.append(out[-1].srcs[0])
+    return out
+
+
 def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
                      tile_values: frozenset[int] = frozenset()) -> bool:
     """Whether kernel ``k`` may run per GEMM tile, on the rows that tile just wrote.
@@ -1243,7 +1260,8 @@ def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
     if k.siblings or not g.shape or v is g or not all(x.shape == v.shape for x, _ in k.sinks):
         return False
     n = g.shape[-1]
-    if not v.shape or v.shape[-1] < 1 or n % v.shape[-1]:
+    rows = computed_in_place(v, sched).shape  # the shape the kernel's loops run over
+    if not rows or rows[-1] < 1 or n % rows[-1]:
         return False
 
     def same_elements(x: Value) -> bool:  # row-major positions carry over
