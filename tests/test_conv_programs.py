@@ -225,8 +225,10 @@ def test_a_pointwise_convolution_is_one_gemm_per_image():
     """A 1x1, stride-1 convolution is the weight times the image ``[C, H*W]``: one GEMM
     per image whose rows are the output channels (channels-first, as stored). The patch
     path, batched over output rows (m = 7 on ConvNeXt's last stage), ran its MLP's
-    GEMMs at 9 GFLOP/s; a patch embedding (stride = kernel > 1) keeps that path. A batch
-    of images with few positions each is one GEMM over the batch (the next test)."""
+    GEMMs at 9 GFLOP/s. A patch embedding (stride = kernel > 1) is one 2-D GEMM over
+    the whole batch, oriented so its operand's copy runs along the longer of a window's
+    row and an output row. A batch of images with few positions each is one GEMM over
+    the batch (the next test)."""
     def pointwise(x, w):
         return (conv_nd(x, w, None, (1, 1), (0, 0), (1, 1), 1, (16, 17)),)
 
@@ -236,8 +238,16 @@ def test_a_pointwise_convolution_is_one_gemm_per_image():
     def patches(x, w):
         return (conv_nd(x, w, None, (4, 4), (0, 0), (1, 1), 1, (4, 4)),)
 
-    (g,) = _gemms(patches, [("f32", (1, 3, 16, 16)), ("f32", (8, 3, 4, 4))])
-    assert g.shape[-1] == 8 and g.shape[-2] * g.shape[-3] == 16  # windows x channels
+    # ViT-like: 4-wide windows, 4 outputs per row: [B*L, C*K] @ W.T, rows of windows
+    (g,) = _gemms(patches, [("f32", (2, 3, 16, 16)), ("f32", (8, 3, 4, 4))])
+    assert g.shape == (2 * 16, 8)
+
+    def downsample(x, w):
+        return (conv_nd(x, w, None, (2, 2), (0, 0), (1, 1), 1, (7, 7)),)
+
+    # ConvNeXt's downsampling: 2-wide windows, 7 outputs per row: W @ [C*K, B*L]
+    (g,) = _gemms(downsample, [("f32", (3, 40, 14, 14)), ("f32", (80, 40, 2, 2))])
+    assert g.shape == (80, 3 * 49)
 
 
 @pytest.mark.parametrize("kernel,stride,pad", [((3, 3), (1, 1), (1, 1)), ((1, 1), (2, 2), (0, 0))])

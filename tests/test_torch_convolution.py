@@ -27,6 +27,9 @@ def _run(module: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list]:
     ((3, 4, 10), 5, True, True),             # 1-D
     ((2, 3, 32, 32), 8, True, False),        # a non-contiguous (channels-last) input
     ((0, 3, 16, 16), 8, True, True),         # an empty batch
+    ((2, 4, 12, 12), 2, True, True),         # ConvNeXt's downsampling: outputs per row > window
+    ((1, 5, 13, 14), (3, 2), False, False),  # the same, channels-last, a row past the end
+    ((2, 4, 13), 3, True, True),             # 1-D, 4 outputs of 3-wide windows
 ])
 def test_patch_embedding_is_a_gemm_in_hologram(shape, kernel, bias, contiguous):
     torch.manual_seed(0)

@@ -186,6 +186,48 @@ def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var
     return windows.reshape((b, *out_sizes, c * math.prod(kernel)))
 
 
+def _patch_columns(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
+    """The non-overlapping windows of :func:`_patches` as the column matrix of every
+    image side by side, ``[C * prod(kernel), B * L]`` (rows ordered (C, *kernel) as the
+    weight's, columns (image, position)): one view, whose copy runs along output rows
+    (reading every ``kernel[-1]``-th input element) where ``_patches``' runs along a
+    window's row."""
+    b, c = x.shape[:2]
+    nd = len(kernel)
+    used = tuple(o * k for o, k in zip(out_sizes, kernel, strict=True))
+    if used != x.shape[2:]:
+        x = x.slice((0,) * x.ndim, (b, c, *used))
+    split = [b, c]
+    for o, k in zip(out_sizes, kernel, strict=True):
+        split += [o, k]
+    # [B, C, o1, k1, o2, k2, ...] -> [C, k1, k2, ..., B, o1, o2, ...]
+    perm = (1, *(3 + 2 * i for i in range(nd)), 0, *(2 + 2 * i for i in range(nd)))
+    return x.reshape(tuple(split)).permute(perm).reshape(
+        (c * math.prod(kernel), b * math.prod(out_sizes)))
+
+
+def _patch_conv(x: Var, weight: Var, outs: tuple[int, ...]) -> Var:
+    """A convolution whose windows do not overlap (stride = kernel, no padding: a
+    patch embedding, ConvNeXt's stem and downsampling layers) as ONE GEMM over the
+    whole batch, ``[B, O, *outs]``. Its operand is a copy of the input in window order;
+    that copy runs along whichever is longer, a window's row or an output row: ViT's
+    16-wide windows over 14 outputs per row give ``[B * L, C * K]`` (rows of 16
+    contiguous elements), ConvNeXt's 2x2 windows over 28 outputs give ``[C * K, B * L]``
+    (rows of 28). Batched per output row instead (``[B, oh, ow, C*K] @ W.T``), the
+    GEMMs had m = ow (7 on ConvNeXt's last stage) and ran at a third of BLAS's pace."""
+    b = x.shape[0]
+    o = weight.shape[0]
+    kernel = tuple(weight.shape[2:])
+    nd = len(kernel)
+    w = weight.reshape((o, -1))
+    if outs[-1] > kernel[-1]:
+        y = (w @ _patch_columns(x, kernel, outs)).reshape((o, b, *outs))
+        return y.permute((1, 0, *range(2, nd + 2)))
+    pt = _patches(x, kernel, outs)
+    y = (pt.reshape((b * math.prod(outs), pt.shape[-1])) @ w.T).reshape((b, *outs, o))
+    return y.permute((0, nd + 1, *range(1, nd + 1)))
+
+
 def columns(tp: list[Var], groups: int) -> Var:
     """Taps ``[B, C, *outs]`` stacked to the column matrix ``[B, g, C/g * K, L]`` (per
     group, rows ordered (channel, kernel position) as a weight's are): one CONCAT of
@@ -243,11 +285,9 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
     if tuple(stride) == kernel and kk > 1 and not any(padding) \
             and all(d == 1 for d in dilation) and groups == 1:
-        # windows that do not overlap (a patch embedding): views. Not a 1x1 kernel: its
-        # GEMM here is batched over output rows (m = one row's width, 7 on ConvNeXt's
-        # last stage), and the dense form below is one GEMM per image, channels-first.
-        y = _patches(x, kernel, tuple(outs)) @ weight.reshape((o, -1)).T  # [B, *outs, O]
-        y = y.permute((0, len(outs) + 1, *range(1, len(outs) + 1)))
+        # windows that do not overlap (a patch embedding): one GEMM over the batch. Not a
+        # 1x1 kernel: the dense form below serves it (one GEMM per image).
+        y = _patch_conv(x, weight, tuple(outs))
         return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
     if cg == 1:  # direct: one input channel per group (depthwise)
         tp = taps(x, kernel, stride, padding, dilation, outs)
