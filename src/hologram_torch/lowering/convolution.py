@@ -167,42 +167,42 @@ def window_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
     return out
 
 
-def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
-    """``x [B, C, *spatial]`` cut into non-overlapping windows of ``kernel``:
-    ``[B, *out_sizes, C * prod(kernel)]``, windows in row-major order of their position,
-    each window's elements ordered (C, *kernel) as the weight's are. A window that would
-    run past the end (ATen drops it) is sliced off first."""
+def _windows(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
+    """``x [B, C, *spatial]`` viewed as ``[B, C, o1, k1, o2, k2, ...]``: its
+    non-overlapping windows of ``kernel``. A window that would run past the end (ATen
+    drops it) is sliced off first."""
     b, c = x.shape[:2]
-    nd = len(kernel)
     used = tuple(o * k for o, k in zip(out_sizes, kernel, strict=True))
     if used != x.shape[2:]:
         x = x.slice((0,) * x.ndim, (b, c, *used))
     split = [b, c]
     for o, k in zip(out_sizes, kernel, strict=True):
         split += [o, k]
+    return x.reshape(tuple(split))
+
+
+def _patches(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
+    """The windows of :func:`_windows` as ``[B, *out_sizes, C * prod(kernel)]``,
+    windows in row-major order of their position, each window's elements ordered
+    (C, *kernel) as the weight's are."""
+    b, c = x.shape[:2]
+    nd = len(kernel)
     # [B, C, o1, k1, o2, k2, ...] -> [B, o1, o2, ..., C, k1, k2, ...]
     perm = (0, *(2 + 2 * i for i in range(nd)), 1, *(3 + 2 * i for i in range(nd)))
-    windows = x.reshape(tuple(split)).permute(perm)
-    return windows.reshape((b, *out_sizes, c * math.prod(kernel)))
+    return _windows(x, kernel, out_sizes).permute(perm).reshape(
+        (b, *out_sizes, c * math.prod(kernel)))
 
 
 def _patch_columns(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
-    """The non-overlapping windows of :func:`_patches` as the column matrix of every
-    image side by side, ``[C * prod(kernel), B * L]`` (rows ordered (C, *kernel) as the
-    weight's, columns (image, position)): one view, whose copy runs along output rows
-    (reading every ``kernel[-1]``-th input element) where ``_patches``' runs along a
-    window's row."""
+    """The windows as the column matrix of every image side by side, ``[C *
+    prod(kernel), B * L]`` (rows ordered (C, *kernel) as the weight's, columns (image,
+    position)): one view, whose copy runs along output rows (reading every
+    ``kernel[-1]``-th input element) where ``_patches``' runs along a window's row."""
     b, c = x.shape[:2]
     nd = len(kernel)
-    used = tuple(o * k for o, k in zip(out_sizes, kernel, strict=True))
-    if used != x.shape[2:]:
-        x = x.slice((0,) * x.ndim, (b, c, *used))
-    split = [b, c]
-    for o, k in zip(out_sizes, kernel, strict=True):
-        split += [o, k]
     # [B, C, o1, k1, o2, k2, ...] -> [C, k1, k2, ..., B, o1, o2, ...]
     perm = (1, *(3 + 2 * i for i in range(nd)), 0, *(2 + 2 * i for i in range(nd)))
-    return x.reshape(tuple(split)).permute(perm).reshape(
+    return _windows(x, kernel, out_sizes).permute(perm).reshape(
         (c * math.prod(kernel), b * math.prod(out_sizes)))
 
 
