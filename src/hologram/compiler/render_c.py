@@ -701,8 +701,9 @@ class CRenderer(IndexKernels):
         self.computing |= {id(s) for s, _ in k.siblings}
         c = v
         if not copy:
-            c = computed_in_place(v, self.sched)
-            self.computing |= {id(x) for x in reshapes_between(v, c)}
+            chain = computed_in_place(v, self.sched)
+            c = chain[-1]
+            self.computing |= {id(x) for x in chain}
         top = Scope("kernel", None, None)
         if group(c.op) is Group.REDUCE and id(c) in self.computing:
             body = (self.column_reduce_kernel(c, k, top) if self.column_reduction(c)
@@ -801,7 +802,7 @@ class CRenderer(IndexKernels):
         self.row_len = row_len
         # an epilogue has no reduction, so its store loop's rows are its last dimension,
         # which divides the product's rows (fusable_epilogue): row_factor of them each
-        self.row_factor = row_len // computed_in_place(k.sinks[0][0], self.sched).shape[-1]
+        self.row_factor = row_len // computed_in_place(k.sinks[0][0], self.sched)[-1].shape[-1]
         try:
             text = self.kernel(KernelPlan(rows_name(k.name), k.sinks))
         finally:
@@ -1220,22 +1221,15 @@ def rows_name(name: str) -> str:
     return f"{name}_rows"
 
 
-def computed_in_place(v: Value, sched: Schedule) -> Value:
-    """The value a kernel storing ``v`` computes, and whose shape its loops run over:
-    ``v`` itself, or, through reshapes of values nothing stores, their first source (a
-    reshape's bytes are its source's, so the source is computed in place)."""
-    c = v
-    while c.op is Op.RESHAPE and id(c.srcs[0]) not in sched.buffers:
-        c = c.srcs[0]
-    return c
-
-
-def reshapes_between(v: Value, c: Value) -> list[Value]:
-    """The reshapes from ``v`` down to ``c`` (:func:`computed_in_place`), ``c`` included."""
-    out = [v]
-    while out[-1] is not c:
-        out.append(out[-1].srcs[0])
-    return out
+def computed_in_place(v: Value, sched: Schedule) -> list[Value]:
+    """``v`` and the reshapes under it down to the value a kernel storing ``v``
+    computes, the last, whose shape its loops run over: through reshapes of values
+    nothing stores, their first source (a reshape's bytes are its source's, so the
+    source is computed in place)."""
+    chain = [v]
+    while chain[-1].op is Op.RESHAPE and id(chain[-1].srcs[0]) not in sched.buffers:
+        chain.append(chain[-1].srcs[0])
+    return chain
 
 
 def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
@@ -1260,7 +1254,7 @@ def fusable_epilogue(gemm: GemmPlan, k: KernelPlan, sched: Schedule,
     if k.siblings or not g.shape or v is g or not all(x.shape == v.shape for x, _ in k.sinks):
         return False
     n = g.shape[-1]
-    rows = computed_in_place(v, sched).shape  # the shape the kernel's loops run over
+    rows = computed_in_place(v, sched)[-1].shape  # the shape the kernel's loops run over
     if not rows or rows[-1] < 1 or n % rows[-1]:
         return False
 

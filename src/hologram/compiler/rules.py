@@ -209,18 +209,23 @@ def _layout_free(v: Value) -> bool:
     return v.op in (Op.LDG, Op.CONST)
 
 
-def _sinkable_permute(v: Value) -> bool:
-    """Every operand that carries data is the same permute of a value laid out
-    otherwise, and the rest are layout-free: the op can run in its operands' own
-    layout and be permuted after."""
+def _data_perm(v: Value) -> tuple[int, ...] | None:
+    """The permute every operand of ``v`` that carries data goes through, when they all
+    go through the same one and the rest are layout-free: the op can then run in its
+    operands' own layout and be permuted after. None otherwise."""
     perms = {s.attr("perm") for s in v.srcs if s.op is Op.PERMUTE and not _layout_free(s)}
-    return len(perms) == 1 and all(
-        _layout_free(s) or s.op is Op.PERMUTE for s in v.srcs)
+    if len(perms) != 1 or not all(_layout_free(s) or s.op is Op.PERMUTE for s in v.srcs):
+        return None
+    return perms.pop()
+
+
+def _sinkable_permute(v: Value) -> bool:
+    return _data_perm(v) is not None
 
 
 def _sink_permute(_: Bindings, node: Value) -> Value:
-    perm = next(s.attr("perm") for s in node.srcs
-                if s.op is Op.PERMUTE and not _layout_free(s))
+    perm = _data_perm(node)
+    assert perm is not None
     inverse = tuple(perm.index(i) for i in range(len(perm)))
     shape = tuple(node.shape[i] for i in inverse)
 
@@ -284,20 +289,25 @@ def _unsplit(s: Value, src: Shape, groups: list[list[int]]) -> Value | None:
     return b.expand(b.reshape(e, tuple(dims)), src)
 
 
+def _split_of(v: Value) -> tuple[Shape, list[list[int]]] | None:
+    """(the unsplit shape, :func:`_split_groups`) when every reshaped operand of ``v``
+    splits one same shape into ``v``'s; None otherwise."""
+    real = [s.srcs[0].shape for s in v.srcs if s.op is Op.RESHAPE]
+    if not real or any(r != real[0] for r in real):
+        return None
+    groups = _split_groups(real[0], v.shape)
+    return None if groups is None else (real[0], groups)
+
+
 def _sinkable_reshape(v: Value) -> bool:
-    real = [s for s in v.srcs if s.op is Op.RESHAPE]
-    if not real or any(s.srcs[0].shape != real[0].srcs[0].shape for s in real):
-        return False
-    src = real[0].srcs[0].shape
-    groups = _split_groups(src, v.shape)
-    return groups is not None and all(
-        s.op is Op.RESHAPE or _unsplit(s, src, groups) is not None for s in v.srcs)
+    return _split_of(v) is not None
 
 
 def _sink_reshape(_: Bindings, node: Value) -> Value | None:
-    src = next(s.srcs[0].shape for s in node.srcs if s.op is Op.RESHAPE)
-    groups = _split_groups(src, node.shape)
-    assert groups is not None
+    """None (declined) when an operand other than the reshapes does not split alike."""
+    split = _split_of(node)
+    assert split is not None
+    src, groups = split
     srcs = tuple(s.srcs[0] if s.op is Op.RESHAPE else _unsplit(s, src, groups)
                  for s in node.srcs)
     if any(s is None for s in srcs):
