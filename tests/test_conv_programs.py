@@ -29,6 +29,10 @@ CASES = {
     "dense 3x3 pad": ((2, 4, 7, 6), (5, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1),
     "strided grouped dilated": ((1, 4, 9, 8), (6, 2, 3, 2), (2, 1), (1, 2), (2, 1), 2),
     "depthwise 5x5 s2": ((2, 3, 8, 8), (6, 1, 5, 5), (2, 2), (2, 2), (1, 1), 3),
+    # narrow output rows: computed over the flat padded plane (_depthwise_flat), a
+    # channel multiplier of 2, a non-square plane, and padding wider than the kernel's
+    "depthwise flat 5x5": ((2, 3, 7, 6), (6, 1, 5, 5), (1, 1), (2, 2), (1, 1), 3),
+    "depthwise flat 7x7 pad 4": ((1, 2, 9, 5), (2, 1, 7, 7), (1, 1), (4, 3), (1, 1), 2),
     "pointwise": ((1, 3, 5, 4), (2, 3, 1, 1), (1, 1), (0, 0), (1, 1), 1),
     "dense per image": ((2, 3, 17, 16), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
     # a batch with few positions: one GEMM over the batch (folded), padded windows

@@ -269,3 +269,46 @@ def test_a_padded_input_read_inside_concat_parts_stays_inline() -> None:
     p = b.program(windows, [("f32", (64, 256))])
     padded = [v for v in p.instructions if v.op.value == "concat" and v.shape == (64, 258)]
     assert len(padded) == 1 and id(padded[0]) not in _chosen(p)
+
+
+def _depthwise_small_plane(x, w):
+    from hologram_torch.lowering.convolution import conv_nd
+
+    c, h = x.shape[1], x.shape[2]
+    k = w.shape[-1]
+    return (conv_nd(x, w, None, (1, 1), (k // 2, k // 2), (1, 1), c, (h, h)),)
+
+
+@pytest.mark.parametrize("k", [5, 7])
+def test_a_depthwise_sum_over_its_flat_plane_is_stored(k: int) -> None:
+    """A depthwise convolution with 7-wide output rows is computed over its padded plane
+    flattened (rows of ``7 * (7 + k - 1)``) and read back through a window of 7 columns
+    per row (``schedule._narrowed``): the sum is stored, so its loop runs over the flat
+    plane; inlined, it would run over the window's 7-wide rows again."""
+    pytest.importorskip("torch")
+    specs = [("f32", (8, 96, 7, 7)), ("f32", (96, 1, k, k))]
+    p = b.program(_depthwise_small_plane, specs)
+    chosen = [v for v in p.instructions if id(v) in _chosen(p)]
+    assert any(v.op.value == "add" and v.shape[-1] == 7 * (7 + k - 1) for v in chosen), \
+        [(v.op.value, v.shape) for v in chosen]
+
+
+def test_a_cheap_value_read_through_a_window_stays_inline() -> None:
+    """The rule is for sums that are work enough: a value of a few instructions read
+    through a narrowing window is computed where the window is read."""
+    p = b.program(lambda x: (((x * 2.0 + 1.0).reshape((64, 32, 32))
+                              .slice((0, 0, 0), (64, 32, 16))),), [("f32", (64, 1024))])
+    assert _chosen(p) == set()
+
+
+@pytest.mark.parametrize("k", [5, 7])
+def test_a_depthwise_sum_over_its_flat_plane_agrees_with_the_reference(native_cpu, k) -> None:
+    pytest.importorskip("torch")
+    specs = [("f32", (8, 96, 7, 7)), ("f32", (96, 1, k, k))]
+    p = b.program(_depthwise_small_plane, specs)
+    rng = np.random.default_rng(k)
+    x = rng.standard_normal(specs[0][1]).astype(np.float32)
+    w = rng.standard_normal(specs[1][1]).astype(np.float32)
+    x[0, 1, 0, 0], x[5, 3, 6, 2], x[7, 95, 3, 6] = np.nan, np.inf, -np.inf
+    (got,), (want,) = compiled_and_reference(native_cpu, p, [x, w])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

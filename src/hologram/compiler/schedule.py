@@ -515,6 +515,7 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
     leaves: dict[int, frozenset[Value]] = {}
     work: dict[int, int] = {}  # instructions and full-size reads per element, inlined
     readers = _readers_through_views(program, users)
+    narrowed = _narrowed(program, users)
     into_concats = _only_into_concats(program, users)
     one_loop = _only_elementwise_to_outputs(program, users)
     chosen: set[int] = set()
@@ -539,8 +540,7 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
                  and len(users.get(id(v), [])) >= 2
                  and sum(4 * leaf.size >= v.size for leaf in deps) >= SHARED_MIN_READS)
                 or (group(v.op) in _RECOMPUTED and v.size >= SHARED_WORK_MIN_SIZE
-                    and many >= 1
-                    and many * w >= SHARED_MIN_WORK)):
+                    and max(many, id(v) in narrowed) * w >= SHARED_MIN_WORK)):
             chosen.add(id(v))
             deps = frozenset([v])
             w = 1
@@ -624,6 +624,24 @@ def _readers_through_views(program: Program, users: dict[int, list[Value]]
             n += count.get(id(u), 1) if u.op in MOVEMENT else 1
         count[id(v)] = n
     return count
+
+
+def _narrowed(program: Program, users: dict[int, list[Value]]) -> set[int]:
+    """Values read only through windows that drop some of their elements (SLICEs,
+    possibly behind RESHAPEs). Inlined, such a value is computed over its readers'
+    index space, not its own: a depthwise convolution computed over its flat padded
+    plane (``hologram_torch.lowering.convolution._depthwise_flat``) would run over the
+    7-wide rows of the window its readers take, which is what the flat plane avoids.
+    The work rule stores one whose expression is work enough, as if it had a second
+    reader."""
+    narrowed: set[int] = set()
+    through: set[int] = set()  # RESHAPEs every reader of which is a narrowing SLICE
+    for v in reversed(program.instructions):
+        readers = users.get(id(v), [])
+        if readers and all((u.op is Op.SLICE and u.size < v.size)
+                           or (u.op is Op.RESHAPE and id(u) in through) for u in readers):
+            (through if v.op is Op.RESHAPE else narrowed).add(id(v))
+    return narrowed
 
 
 def _only_into_concats(program: Program, users: dict[int, list[Value]]) -> set[int]:

@@ -289,7 +289,9 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         # 1x1 kernel: the dense form below serves it (one GEMM per image).
         y = _patch_conv(x, weight, tuple(outs))
         return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
-    if cg == 1:  # direct: one input channel per group (depthwise)
+    if cg == 1 and _flat_plane(kernel, stride, dilation, outs):
+        y = _depthwise_flat(x, weight, padding, outs)
+    elif cg == 1:  # direct: one input channel per group (depthwise)
         tp = taps(x, kernel, stride, padding, dilation, outs)
         w = weight.reshape((groups, og, kk))
         terms = [t.reshape((b, groups, 1, *outs))
@@ -307,6 +309,55 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
     if bias is not None:
         y = y + bias.reshape((o, *(1,) * len(outs)))
     return y
+
+
+#: A 2-D depthwise convolution whose output rows are at most this wide is computed over
+#: its padded plane flattened (``_depthwise_flat``). Rows of 7 or 14 are shorter than
+#: one AVX-512 vector: MobileNetV3's and ConvNeXt's last stages ran their taps mostly
+#: in scalar remainders. Over the flat plane each tap is one shifted run of
+#: ``H * Wp`` elements; the ``Wp - W`` columns of each row computed past the edge are
+#: thrown away. One thread, both stored (docs/perf.md, session 15): 320 channels 7x7
+#: with a 7x7 kernel 2.55 -> 1.73 ms, 160 x 14x14 2.49 -> 1.80, 240 x 14x14 5x5 1.70
+#: -> 1.35; 28x28 and wider planes gained nothing (their rows already fill vectors).
+#: Session 18 (Zen 4, the whole program: padding, sum, bias; batch 8, interleaved):
+#: 0.69-0.95x the row form's time at one and two threads.
+FLAT_MAX_WIDTH = 14
+#: ... and has at least this many taps: the measured 5x5 and 7x7 kernels, whose sums are
+#: work enough for the scheduler to store (``schedule.SHARED_MIN_WORK``).
+FLAT_MIN_TAPS = 25
+
+
+def _flat_plane(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
+                outs: Sequence[int]) -> bool:
+    """Whether a depthwise convolution runs over its flat padded plane: 2-D, stride and
+    dilation 1 (each tap is then a shift of the flat index), narrow output rows, and
+    ``FLAT_MIN_TAPS`` taps or more."""
+    return (len(kernel) == 2 and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
+            and outs[1] <= FLAT_MAX_WIDTH and math.prod(kernel) >= FLAT_MIN_TAPS)
+
+
+def _depthwise_flat(x: Var, weight: Var, padding: Sequence[int], outs: Sequence[int]) -> Var:
+    """A stride-1 2-D depthwise convolution of ``x [B, C, H, W]`` computed over the
+    padded plane flattened: ``Wp = Wo + kw - 1`` columns per row and one spare row, so
+    tap ``(i, j)`` is the run of ``Ho * Wp`` elements from ``i * Wp + j``. The result
+    ``[B, O, Ho * Wp]`` is viewed as ``[B, O, Ho, Wp]`` and its first ``Wo`` columns
+    taken; the scheduler stores such a sum (``schedule._narrowed``), so its loop runs
+    over whole flat planes, not the ``Wo``-wide rows of its readers."""
+    b, c, h, w_in = x.shape
+    o = weight.shape[0]
+    og = o // c
+    kh, kw = weight.shape[2:]
+    ho, wo = outs
+    wp, hp = wo + kw - 1, ho + kh  # the spare row keeps the last taps' runs in bounds
+    pads = [padding[1], wp - w_in - padding[1], padding[0], hp - h - padding[0]]
+    flat = pad_with(x, pads, const(0.0, x.dtype, ())).reshape((b, c, hp * wp))
+    run = ho * wp
+    w = weight.reshape((c, og, kh * kw))
+    terms = [flat.slice((0, 0, i * wp + j), (b, c, run)).reshape((b, c, 1, run))
+             * w.slice((0, 0, i * kw + j), (c, og, 1))
+             for i in range(kh) for j in range(kw)]
+    y = tree_sum(terms).reshape((b, o, ho, wp))
+    return y.slice((0, 0, 0, 0), (b, o, ho, wo))
 
 
 def tree_sum(terms: list[Var]) -> Var:
