@@ -312,16 +312,16 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
 
 
 #: A 2-D depthwise convolution whose output rows are at most this wide is computed over
-#: its padded plane flattened (``_depthwise_flat``). Rows of 7 or 14 are shorter than
-#: one AVX-512 vector: MobileNetV3's and ConvNeXt's last stages ran their taps mostly
-#: in scalar remainders. Over the flat plane each tap is one shifted run of
-#: ``H * Wp`` elements; the ``Wp - W`` columns of each row computed past the edge are
-#: thrown away. One thread, both stored (docs/perf.md, session 15): 320 channels 7x7
-#: with a 7x7 kernel 2.55 -> 1.73 ms, 160 x 14x14 2.49 -> 1.80, 240 x 14x14 5x5 1.70
-#: -> 1.35; 28x28 and wider planes gained nothing (their rows already fill vectors).
-#: Session 18 (Zen 4, the whole program: padding, sum, bias; batch 8, interleaved):
-#: 0.69-0.95x the row form's time at one and two threads.
-FLAT_MAX_WIDTH = 14
+#: its padded plane flattened (``_depthwise_flat``). Rows of 7, 14 or 28 fill no whole
+#: number of AVX-512 vectors: MobileNetV3's and ConvNeXt's later stages ran their taps
+#: largely in remainders. Over the flat plane each tap is one shifted run of ``H * Wp``
+#: elements; the ``Wp - W`` columns of each row computed past the edge are thrown away.
+#: Session 18 (Zen 4, AVX-512; the whole program: padding, sum, bias; batch 8,
+#: interleaved in one process, one and two threads; docs/perf.md), the flat form's time
+#: over the rows': 7x7 planes 0.69-0.82, 14x14 0.72-0.95, 28x28 0.75-0.81, 56x56
+#: 0.95-0.97 (rows of 56 nearly fill vectors; not taken). Session 15 (Zen 3, one
+#: thread): 7x7 and 14x14 planes 0.68-0.80, 28x28 with a 3x3 kernel 1.0.
+FLAT_MAX_WIDTH = 28
 #: ... and has at least this many taps: the measured 5x5 and 7x7 kernels, whose sums are
 #: work enough for the scheduler to store (``schedule.SHARED_MIN_WORK``).
 FLAT_MIN_TAPS = 25
