@@ -1,0 +1,126 @@
+"""A/B of a compile-time setting on a whole model, both settings in one process.
+
+    .venv/bin/python benchmarks/ab_lowering.py --model convnext_atto --batch 8 \\
+        --setting hologram_torch.lowering.convolution:FLAT_MAX_WIDTH --values 0,28
+
+Why a kept tool: on this project's shared 2-core machines a model's median moves 20-60%
+between processes, so comparing two versions in two processes (or two git worktrees)
+measures the machine. Here the model is compiled once per value with
+``torch.compile(backend=...)``, each compile through its own backend callable that sets
+the setting while hologram lowers and schedules the graph (dynamo keeps one compiled
+entry per backend, so each copy keeps its own programs), and the copies' calls are
+interleaved (the order alternates per round, with a short settle before each call).
+Only settings read while compiling count (lowering, canonical rules, the scheduler,
+the renderers); a setting read at run time would be the same for both copies.
+
+Prints each value's median and IQR in ms and its time over the first value's; the
+copies' outputs must agree with eager (largest relative difference shown). ``--json``
+writes the samples. Models: those of ``bench_models.py`` (``--cnn`` names included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+SETTLE_S = 0.03  # idle before each call: the other copy's threads stop spinning
+
+
+def _target(spec: str) -> tuple[Any, str]:
+    """``package.module:NAME`` -> (the module, NAME), checked to exist."""
+    mod_name, sep, attr = spec.partition(":")
+    if not sep or not attr:
+        raise SystemExit(f"--setting: expected 'package.module:NAME', got {spec!r}")
+    mod = importlib.import_module(mod_name)
+    if not hasattr(mod, attr):
+        raise SystemExit(f"--setting: {mod_name} has no attribute {attr!r}")
+    return mod, attr
+
+
+def _value(text: str) -> Any:
+    """A Python literal (``28``, ``1.5``, ``True``, ``'x'``), else the text itself."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def backend_with(mod: Any, attr: str, value: Any) -> Callable[..., Any]:
+    """hologram's backend, with ``mod.attr = value`` while it compiles a graph."""
+    from hologram_torch.compile_backend import hologram_backend
+
+    def backend(gm: Any, example_inputs: Any, **kw: Any) -> Any:
+        old = getattr(mod, attr)
+        setattr(mod, attr, value)
+        try:
+            return hologram_backend(gm, example_inputs, **kw)
+        finally:
+            setattr(mod, attr, old)
+
+    return backend
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="convnext_atto")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--setting", required=True, metavar="MODULE:NAME")
+    p.add_argument("--values", required=True, help="comma-separated Python literals")
+    p.add_argument("--samples", type=int, default=30)
+    p.add_argument("--json", metavar="PATH")
+    args = p.parse_args()
+
+    import bench_models as bm
+    import torch
+
+    mod, attr = _target(args.setting)
+    values = [_value(v) for v in args.values.split(",")]
+    if len(values) < 2:
+        raise SystemExit("--values: give at least two")
+    model, inputs = (bm.build_cnn(args.model) if args.model in bm.CNNS
+                     else bm.build(args.model))
+    kw = inputs(args.batch)
+    copies = [torch.compile(copy.deepcopy(model), backend=backend_with(mod, attr, v))
+              for v in values]
+    times: list[list[float]] = [[] for _ in values]
+    with torch.no_grad():
+        want = bm.main_output(model(**kw))
+        errs = [bm.rel_err(bm.main_output(m(**kw)), want) for m in copies]
+        for _ in range(2):
+            for m in copies:
+                m(**kw)
+        for r in range(args.samples):
+            order = range(len(copies)) if r % 2 == 0 else reversed(range(len(copies)))
+            for i in order:
+                time.sleep(SETTLE_S)
+                t = time.perf_counter()
+                copies[i](**kw)
+                times[i].append(time.perf_counter() - t)
+    base = statistics.median(times[0])
+    print(f"{args.model}, batch {args.batch}: {args.setting} (medians of {args.samples}, "
+          "calls interleaved)")
+    for v, ts, err in zip(values, times, errs, strict=True):
+        q = statistics.quantiles(ts, n=4)
+        print(f"  {v!r:>12}: {statistics.median(ts) * 1e3:9.2f} ms  IQR "
+              f"{(q[2] - q[0]) * 1e3:7.2f}  time over the first {statistics.median(ts) / base:.3f}"
+              f"  rel err {err:.1e}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"model": args.model, "batch": args.batch, "setting": args.setting,
+                       "values": [repr(v) for v in values], "seconds": times,
+                       "rel_err": errs}, f)
+
+
+if __name__ == "__main__":
+    main()
