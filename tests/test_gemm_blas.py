@@ -89,6 +89,35 @@ def test_tiles_at_every_thread_count(m, k, n, two):
 
 
 @needs_blas
+@pytest.mark.parametrize("m,k,n,dt", [(40, 33, 2500, np.float32), (3000, 8, 2049, np.float32),
+                                      (24, 70, 2 * blas.CALL_MAX_COLS + 1, np.float64),
+                                      (5, 16, blas.CALL_MAX_COLS + 1, np.float32)])
+def test_wide_products_are_cut_into_column_blocks(m, k, n, dt):
+    """A tile wider than ``CALL_MAX_COLS`` columns is computed by several BLAS calls of
+    equal column blocks (MKL slows down on a wide B): row tiles and column tiles, B read
+    plainly and transposed, with a fused epilogue, at 1 to 3 threads. Each output starts
+    as NaN, so a block no call wrote shows."""
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.standard_normal((k, n)).astype(dt)
+    a[0, 0], b[-1, -1] = np.nan, np.inf
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    bt = np.ascontiguousarray(b.T)
+    plain = hologram.jit(lambda x, y: x @ y * 2.0 - 1.0)
+    trans = hologram.jit(lambda x, y: x @ y.T * 2.0 - 1.0)
+    tol = 1e-4 if dt == np.float32 else 1e-10
+    try:
+        for nt in (1, 2, 3):
+            hologram.set_num_threads(nt)
+            for f, other in ((plain, b), (trans, bt)):
+                out = np.full((m, n), np.nan, dt)
+                f(a, other, out=out)
+                np.testing.assert_allclose(out, want * 2.0 - 1.0, rtol=tol, atol=tol * k)
+    finally:
+        hologram.set_num_threads(None)
+
+
+@needs_blas
 @pytest.mark.parametrize("m,k", [(127, 40), (128, 40), (300, 17), (1000, 64), (130, 0),
                                  (40, 200)])
 @pytest.mark.parametrize("dt", [np.float32, np.float64])

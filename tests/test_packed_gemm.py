@@ -50,7 +50,8 @@ def _close(got, want, k):
 
 
 CASES = [(2, 5, 3, "f32", True), (8, 768, 768, "f32", True), (33, 17, 65, "f64", False),
-         (128, 96, 1000, "f32", False), (300, 40, 20, "f64", True), (16, 1, 37, "f32", True)]
+         (128, 96, 1000, "f32", False), (300, 40, 20, "f64", True), (16, 1, 37, "f32", True),
+         (16, 24, 2 * blas.CALL_MAX_COLS + 100, "f32", True)]  # tiles no wider than a call
 
 
 @needs_pack

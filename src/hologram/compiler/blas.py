@@ -89,6 +89,13 @@ MIN_TILE = 16
 #: extra tiles each pay BLAS's packing: the README demo's MLP step (products of 2-4
 #: MFLOP) ran 1.20x eager's time with two rounds everywhere.
 TWO_ROUNDS_MIN_FLOPS = 1 << 26
+#: A BLAS call computes at most this many columns of C; a wider tile's columns are cut
+#: into equal blocks no wider (``hg_call``), and a packed copy of B gets column tiles no
+#: wider. MKL slows down once B is wide: single-threaded, 128 x 512 x 32128 (T5's LM head,
+#: ``x @ W.T``) ran 75 GFLOP/s in one call against 87-89 in calls of 512-2048 columns,
+#: 128 x 768 x 50257 (GPT-2's) 62 against 86-90, 1024 x 768 x 3072 83 against 92-98
+#: (session 18, Zen 4); OpenBLAS stayed 79-100 at every width (docs/perf.md).
+CALL_MAX_COLS = 1024
 #: Gram products (``x @ x.T``) from this size compute the lower triangle in strips and
 #: mirror it (``hg_gemm_symmetric``); smaller ones stay one plain product.
 SYMMETRIC_MIN = 128
@@ -176,14 +183,9 @@ static void hg_leave(void) {
 void hg_blas_enter(void) { hg_enter(); }
 void hg_blas_leave(void) { hg_leave(); }
 
-static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
-                    const char *b, char *c) {
+static void hg_call_block(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
+                          const char *b, char *c) {
   int ta = d->ta ? 112 : 111, tb = d->tb ? 112 : 111;
-  if (d->k == 0) {  /* an empty sum: BLAS may leave C alone */
-    size_t es = d->f64 ? 8 : 4;
-    for (int64_t i = 0; i < m; i++) memset(c + i * d->ldc * es, 0, (size_t)n * es);
-    return;
-  }
   if (d->f64) {
     if (hg_ilp64) ((dgemm64_t)hg_dgemm)(101, ta, tb, m, n, d->k, 1.0, (const double *)a,
         d->lda, (const double *)b, d->ldb, 0.0, (double *)c, d->ldc);
@@ -196,6 +198,25 @@ static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
     else ((sgemm32_t)hg_sgemm)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)d->k, 1.0f,
         (const float *)a, (int32_t)d->lda, (const float *)b, (int32_t)d->ldb, 0.0f,
         (float *)c, (int32_t)d->ldc);
+  }
+}
+
+/* C (m x n, at c) = op(A) op(B) for the rows at a and the columns at b: one BLAS call per
+   block of at most HG_CALL_COLS columns, the blocks equal (HG_CALL_COLS: MKL slows down
+   on a wide B). The blocks depend on n alone, so a product's result does not depend on
+   timing. */
+static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
+                    const char *b, char *c) {
+  const size_t es = d->f64 ? 8 : 4;
+  if (d->k == 0) {  /* an empty sum: BLAS may leave C alone */
+    for (int64_t i = 0; i < m; i++) memset(c + i * d->ldc * es, 0, (size_t)n * es);
+    return;
+  }
+  const int64_t blocks = (n + HG_CALL_COLS - 1) / HG_CALL_COLS;
+  for (int64_t t = 0; t < blocks; t++) {
+    const int64_t lo = n * t / blocks, hi = n * (t + 1) / blocks;
+    hg_call_block(d, m, hi - lo, a, b + (d->tb ? lo * d->ldb : lo) * (int64_t)es,
+                  c + lo * (int64_t)es);
   }
 }
 
@@ -281,6 +302,8 @@ int64_t hg_gemm_pack_tiles(const hg_gemm_desc *d) {
   if (!hg_packable(d)) return 0;
   int rounds;
   int64_t tiles = hg_tiles_for(d, d->n, hg_threads_for(d), &rounds);
+  const int64_t narrow = (d->n + HG_CALL_COLS - 1) / HG_CALL_COLS;  /* equal tiles, then */
+  if (tiles < narrow) tiles = narrow;
   return tiles > HG_PACK_MAX_TILES ? HG_PACK_MAX_TILES : tiles;
 }
 
@@ -811,6 +834,7 @@ def runtime_source() -> str:
     return (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
             f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n"
             f"#define HG_TWO_ROUNDS_FLOPS {TWO_ROUNDS_MIN_FLOPS}.0\n"
+            f"#define HG_CALL_COLS {CALL_MAX_COLS}\n"
             f"#define HG_SYM_MIN {SYMMETRIC_MIN}\n#define HG_SYM_MIN_STRIP {SYMMETRIC_MIN_STRIP}\n"
             + RUNTIME_C)
 
