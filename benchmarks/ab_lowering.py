@@ -88,8 +88,7 @@ def main() -> None:
     values = [_value(v) for v in args.values.split(",")]
     if len(values) < 2:
         raise SystemExit("--values: give at least two")
-    model, inputs = (bm.build_cnn(args.model) if args.model in bm.CNNS
-                     else bm.build(args.model))
+    model, inputs = bm.build(args.model)  # CNN names included
     kw = inputs(args.batch)
     copies = [torch.compile(copy.deepcopy(model), backend=backend_with(mod, attr, v))
               for v in values]

@@ -201,6 +201,9 @@ static void hg_call_block(const hg_gemm_desc *d, int64_t m, int64_t n, const cha
   }
 }
 
+/* How many equal blocks of at most HG_CALL_COLS columns n columns are cut into. */
+static int64_t hg_col_blocks(int64_t n) { return (n + HG_CALL_COLS - 1) / HG_CALL_COLS; }
+
 /* C (m x n, at c) = op(A) op(B) for the rows at a and the columns at b: one BLAS call per
    block of at most HG_CALL_COLS columns, the blocks equal (HG_CALL_COLS: MKL slows down
    on a wide B). The blocks depend on n alone, so a product's result does not depend on
@@ -212,7 +215,7 @@ static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
     for (int64_t i = 0; i < m; i++) memset(c + i * d->ldc * es, 0, (size_t)n * es);
     return;
   }
-  const int64_t blocks = (n + HG_CALL_COLS - 1) / HG_CALL_COLS;
+  const int64_t blocks = hg_col_blocks(n);
   for (int64_t t = 0; t < blocks; t++) {
     const int64_t lo = n * t / blocks, hi = n * (t + 1) / blocks;
     hg_call_block(d, m, hi - lo, a, b + (d->tb ? lo * d->ldb : lo) * (int64_t)es,
@@ -302,8 +305,7 @@ int64_t hg_gemm_pack_tiles(const hg_gemm_desc *d) {
   if (!hg_packable(d)) return 0;
   int rounds;
   int64_t tiles = hg_tiles_for(d, d->n, hg_threads_for(d), &rounds);
-  const int64_t narrow = (d->n + HG_CALL_COLS - 1) / HG_CALL_COLS;  /* equal tiles, then */
-  if (tiles < narrow) tiles = narrow;
+  if (tiles < hg_col_blocks(d->n)) tiles = hg_col_blocks(d->n);  /* equal tiles, then */
   return tiles > HG_PACK_MAX_TILES ? HG_PACK_MAX_TILES : tiles;
 }
 

@@ -293,11 +293,7 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         y = _depthwise_flat(x, weight, padding, outs)
     elif cg == 1:  # direct: one input channel per group (depthwise)
         tp = taps(x, kernel, stride, padding, dilation, outs)
-        w = weight.reshape((groups, og, kk))
-        terms = [t.reshape((b, groups, 1, *outs))
-                 * w.slice((0, 0, i), (groups, og, 1)).reshape((groups, og, *(1,) * len(outs)))
-                 for i, t in enumerate(tp)]
-        y = tree_sum(terms).reshape((b, o, *outs))
+        y = _weighted_taps(tp, weight).reshape((b, o, *outs))
     elif winograd.applies(x, weight, tuple(stride), tuple(dilation), groups, tuple(outs)):
         y = winograd.conv3x3(x, weight, tuple(padding), tuple(outs))
     elif groups == 1 and b > 1 and math.prod(outs) <= FOLD_MAX_POSITIONS:
@@ -345,19 +341,29 @@ def _depthwise_flat(x: Var, weight: Var, padding: Sequence[int], outs: Sequence[
     over whole flat planes, not the ``Wo``-wide rows of its readers."""
     b, c, h, w_in = x.shape
     o = weight.shape[0]
-    og = o // c
     kh, kw = weight.shape[2:]
     ho, wo = outs
     wp, hp = wo + kw - 1, ho + kh  # the spare row keeps the last taps' runs in bounds
     pads = [padding[1], wp - w_in - padding[1], padding[0], hp - h - padding[0]]
     flat = pad_with(x, pads, const(0.0, x.dtype, ())).reshape((b, c, hp * wp))
-    run = ho * wp
-    w = weight.reshape((c, og, kh * kw))
-    terms = [flat.slice((0, 0, i * wp + j), (b, c, run)).reshape((b, c, 1, run))
-             * w.slice((0, 0, i * kw + j), (c, og, 1))
-             for i in range(kh) for j in range(kw)]
-    y = tree_sum(terms).reshape((b, o, ho, wp))
+    runs = [flat.slice((0, 0, i * wp + j), (b, c, ho * wp))
+            for i in range(kh) for j in range(kw)]
+    y = _weighted_taps(runs, weight).reshape((b, o, ho, wp))
     return y.slice((0, 0, 0, 0), (b, o, ho, wo))
+
+
+def _weighted_taps(tp: list[Var], weight: Var) -> Var:
+    """A depthwise convolution's sum: tap ``i`` (``[B, C, *P]``, kernel positions
+    row-major) times each of its channel's ``O / C`` weights at position ``i``, added
+    as a tree; ``[B, C, O / C, *P]``. One function for the row form and the flat
+    plane, so both sum the same terms in the same order (the same bits)."""
+    b, c, *spatial = tp[0].shape
+    og = weight.shape[0] // c
+    w = weight.reshape((c, og, len(tp)))
+    ones = (1,) * len(spatial)
+    return tree_sum([t.reshape((b, c, 1, *spatial))
+                     * w.slice((0, 0, i), (c, og, 1)).reshape((c, og, *ones))
+                     for i, t in enumerate(tp)])
 
 
 def tree_sum(terms: list[Var]) -> Var:
