@@ -11,6 +11,7 @@ need packing skip (CI does not install MKL), the others check that nothing packs
 from __future__ import annotations
 
 import copy
+import ctypes
 import gc
 import threading
 
@@ -26,6 +27,15 @@ CAN_PACK = (blas.provider()[0] is not None and blas.provider()[0].pack is not No
 needs_pack = pytest.mark.skipif(
     not CAN_PACK, reason=f"the BLAS cannot pack B: {blas.describe()} (with MKL installed, "
     "test_blas_provider runs this file again under HOLOGRAM_BLAS=mkl)")
+
+
+@pytest.fixture(autouse=True)
+def _any_growth(request, monkeypatch):
+    """These tests check packed copies' results and lifetimes on small shapes, whose
+    copies MKL pads far past PACK_MAX_GROWTH: lift the cap, except where a test checks
+    the cap itself."""
+    if request.node.originalname != "test_a_copy_much_larger_than_its_weight_is_not_made":
+        monkeypatch.setattr(blas, "PACK_MAX_GROWTH", float("inf"))
 
 
 def _ex():
@@ -128,6 +138,23 @@ def test_wrong_number_of_packed_addresses_is_an_error():
     x, w, out = (np.ones(s, np.float32) for s in ((8, 16), (12, 16), (8, 12)))
     with pytest.raises(ValueError, match="expected 1 packed-operand address"):
         be.pointer_launcher(c)([data_pointer(x), data_pointer(w), data_pointer(out)], [0, 0])
+
+
+@needs_pack
+def test_a_copy_much_larger_than_its_weight_is_not_made(monkeypatch):
+    """MKL reserves a block per packed tile: a 512x512 f32 weight packed for 128 rows asks
+    for several times its 1 MB, and no copy is made (the product reads B as it is); with
+    the cap lifted the same product packs."""
+    be, c = _compile(lambda x, w: x @ w.T, [("f32", (128, 512)), ("f32", (512, 512))])
+    w = np.ones((512, 512), np.float32)
+    lib = blas._runtime_lib(be.cc)
+    s = blas._struct(c.packs[0].desc)
+    size = lib.hg_gemm_pack_size(ctypes.byref(s), lib.hg_gemm_pack_tiles(ctypes.byref(s)))
+    assert size > blas.PACK_MAX_GROWTH * w.nbytes  # MKL 2026.2: 22x (four column tiles)
+    assert be.pack(c, 0, data_pointer(w)) is None
+    monkeypatch.setattr(blas, "PACK_MAX_GROWTH", size / w.nbytes)
+    packed = be.pack(c, 0, data_pointer(w))
+    assert packed is not None and packed.nbytes == size
 
 
 def test_what_gets_no_pack_site():

@@ -108,6 +108,16 @@ SYMMETRIC_MIN_STRIP = 64
 PACK_MIN_M = 2
 #: Column tiles a packed copy may have (the C header's room).
 PACK_MAX_TILES = 256
+#: A packed copy is made only when MKL asks for at most this many times B's own bytes.
+#: MKL reserves a block per packed tile whatever its width (MKL 2026.2 on Zen 4: 5.6 MB
+#: for one tile of a 512x512 f32 weight, 1 MB of data, and ~2 MB of it resident; a
+#: 128-column tile 1.9 MB resident for 0.26 MB), so the two-round column tiles of the
+#: models' weights made copies 3.8-22x their weights' size: T5-small took 1.8 GB more
+#: resident memory for 240 MB of weights, GPT-2 1.45 GB. For 0.92-1.04x the unpacked
+#: time there (in-process A/Bs: T5 b1 0.99, BERT b1 1.02, GPT-2 b1 0.92 and 0.98, b8
+#: 1.04; docs/perf.md, session 19), so a copy that costs more memory than this is not
+#: made; where MKL's layout is compact (wide tiles) it still is.
+PACK_MAX_GROWTH = 1.5
 
 #: The CBLAS ?gemm signatures (LP64 and ILP64) every driver that calls BLAS declares.
 GEMM_TYPES_C = r"""
@@ -918,7 +928,8 @@ def may_pack(d: GemmDesc) -> bool:
 def pack(cc: Any, d: GemmDesc, b_address: int) -> np.ndarray | None:
     """A packed copy of GEMM ``d``'s B operand, read at ``b_address`` (the buffer B's
     descriptor offsets count from), to pass to the GEMM step; None where the chosen BLAS
-    cannot pack it. The copy is valid while the memory at ``b_address`` is unchanged,
+    cannot pack it or the copy would take more than ``PACK_MAX_GROWTH`` times B's bytes.
+    The copy is valid while the memory at ``b_address`` is unchanged,
     and must stay where it is (MKL's packed data holds its own addresses): the caller
     keeps the returned array alive and unmoved for as long as it passes it."""
     lib = _runtime_lib(cc)
@@ -927,7 +938,7 @@ def pack(cc: Any, d: GemmDesc, b_address: int) -> np.ndarray | None:
     s = _struct(d)
     tiles = lib.hg_gemm_pack_tiles(ctypes.byref(s))
     size = lib.hg_gemm_pack_size(ctypes.byref(s), tiles) if tiles > 0 else 0
-    if size <= 0:
+    if size <= 0 or size > PACK_MAX_GROWTH * d.k * d.n * (8 if d.dtype == "f64" else 4):
         return None
     raw = np.empty(size + 64, np.uint8)
     start = (-raw.ctypes.data) % 64
