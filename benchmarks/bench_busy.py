@@ -1,8 +1,9 @@
 """Speed on a busy machine: each workload quiet, then with one core kept busy by a
-background process this benchmark starts and stops itself.
+background process this benchmark starts and stops itself, in turn (``--rounds``
+phases of each, pooled).
 
     .venv/bin/python benchmarks/bench_busy.py [--json out.json] [--quick] \
-        [--threading team|openmp]
+        [--threading team|openmp] [--rounds N]
 
 Workloads, each a PyTorch function run by eager PyTorch, ``torch.compile`` with
 Inductor and ``torch.compile(backend="hologram")``: GELU (tanh form) over 10M float32,
@@ -35,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import Report, measure_interleaved, parser, target  # noqa: E402
+from common import Report, from_samples, measure_interleaved, parser, target  # noqa: E402
 
 BACKENDS = ("eager", "inductor", "hologram")
 
@@ -114,13 +115,33 @@ class BusyCore:
         self.proc.wait()
 
 
+def _alternated(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(quiet, busy) timings, each pooled over ``rounds`` quiet phases and ``rounds`` busy
+    phases taken in turn: where the scheduler places the busy loop and our threads is
+    decided anew each phase (one phase gave eager's MLP step 1.2x in one run and 8.7x
+    in the next, session 19), so one phase of each says little."""
+    phases: dict[str, list[dict[str, Any]]] = {"quiet": [], "busy": []}
+    for _ in range(rounds):
+        phases["quiet"].append(measure_interleaved(calls, repeat=repeat, sample_s=0.05))
+        with BusyCore():
+            phases["busy"].append(measure_interleaved(calls, repeat=repeat, sample_s=0.05))
+    pooled = {cond: {name: from_samples([x for t in runs for x in t[name].samples],
+                                        runs[0][name].inner) for name in calls}
+              for cond, runs in phases.items()}
+    return pooled["quiet"], pooled["busy"]
+
+
 def main() -> None:
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--only", help="comma-separated substrings of workload names")
     p.add_argument("--threading", choices=["team", "openmp"],
                    help="who runs hologram's loops (default: HOLOGRAM_THREADING, else "
                         "OpenMP, as in any process that has imported PyTorch)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="quiet and busy phases taken in turn, pooled (default 3; --quick 1)")
     args = p.parse_args()
+    args.rounds = args.rounds or (1 if args.quick else 3)
     import torch
 
     import hologram
@@ -132,7 +153,7 @@ def main() -> None:
     print(f"hologram's loops run on: {threads.threading()[0]} ({threads.threading()[1]})",
           flush=True)
 
-    repeat = 3 if args.quick else 9
+    repeat = 3 if args.quick else 7
     report = Report("busy", "Quiet and with one core busy: eager, Inductor, hologram")
     summary = report.grid("busy/quiet slowdown, and speed against eager in each condition",
                           ["workload", "eager slowdown", "inductor slowdown",
@@ -149,9 +170,7 @@ def main() -> None:
                 calls[backend]()
             except Exception as e:  # a row that cannot run is reported, not fatal
                 print(f"{name} / {backend}: {type(e).__name__}: {e}", flush=True)
-        quiet = measure_interleaved(calls, repeat=repeat, sample_s=0.05)
-        with BusyCore():
-            busy = measure_interleaved(calls, repeat=repeat, sample_s=0.05)
+        quiet, busy = _alternated(calls, args.rounds, repeat)
         for cond, timings in (("quiet", quiet), ("busy", busy)):
             table = report.table(f"{name}, {cond}", "eager")
             for backend, t in timings.items():
