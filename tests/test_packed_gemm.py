@@ -29,13 +29,15 @@ needs_pack = pytest.mark.skipif(
     "test_blas_provider runs this file again under HOLOGRAM_BLAS=mkl)")
 
 
+DEFAULT_GROWTH = blas.PACK_MAX_GROWTH
+
+
 @pytest.fixture(autouse=True)
-def _any_growth(request, monkeypatch):
+def _any_growth(monkeypatch):
     """These tests check packed copies' results and lifetimes on small shapes, whose
-    copies MKL pads far past PACK_MAX_GROWTH: lift the cap, except where a test checks
-    the cap itself."""
-    if request.node.originalname != "test_a_copy_much_larger_than_its_weight_is_not_made":
-        monkeypatch.setattr(blas, "PACK_MAX_GROWTH", float("inf"))
+    copies MKL pads far past PACK_MAX_GROWTH: the cap is lifted (the test of the cap
+    puts the default back)."""
+    monkeypatch.setattr(blas, "PACK_MAX_GROWTH", float("inf"))
 
 
 def _ex():
@@ -145,6 +147,7 @@ def test_a_copy_much_larger_than_its_weight_is_not_made(monkeypatch):
     """MKL reserves a block per packed tile: a 512x512 f32 weight packed for 128 rows asks
     for several times its 1 MB, and no copy is made (the product reads B as it is); with
     the cap lifted the same product packs."""
+    monkeypatch.setattr(blas, "PACK_MAX_GROWTH", DEFAULT_GROWTH)
     be, c = _compile(lambda x, w: x @ w.T, [("f32", (128, 512)), ("f32", (512, 512))])
     w = np.ones((512, 512), np.float32)
     lib = blas._runtime_lib(be.cc)
