@@ -56,21 +56,23 @@ def test_plain_and_transposed(m, k, n, dt):
 
 
 @needs_blas
-@pytest.mark.parametrize("m,k,n,two", [(1030, 64, 520, True), (520, 64, 1030, True),
+@pytest.mark.parametrize("m,k,n,two", [(1030, 64, 520, False), (1000, 64, 530, True),
+                                       (520, 64, 1030, True),
                                        (700, 97, 530, True), (50, 640, 1100, True),
                                        (300, 17, 310, False), (100, 3400, 100, True)])
 def test_tiles_at_every_thread_count(m, k, n, two):
     """A product's tiles cover its longer side exactly once at 1 to 5 threads: two
     rounds (``hg_edge``: half the tiles share two thirds of the side) from
-    ``TWO_ROUNDS_MIN_FLOPS`` up where each second-round tile is still ``MIN_TILE`` wide,
-    else equal tiles (``two`` False), and equal tiles too where the second round's tiles
+    ``TWO_ROUNDS_MIN_FLOPS`` up where each second-round tile is still ``MIN_TILE`` wide
+    and the product has fewer than ``WIDE_MIN_ROWS`` rows, else equal tiles (``two``
+    False), and equal tiles too where the second round's tiles
     would be too thin (100 rows at 4 threads: four equal tiles, which ``rounds`` keeps
     from being cut as two rounds of two).
     Each output starts as NaN, so a block of C that no tile wrote shows (a plain GEMM,
     and an epilogue fused per tile). Every shape is above ``PARALLEL_MIN_FLOPS``, which
     runs smaller ones whole."""
     assert 2 * m * k * n >= blas.PARALLEL_MIN_FLOPS
-    assert (2 * m * k * n >= blas.TWO_ROUNDS_MIN_FLOPS) == two
+    assert (2 * m * k * n >= blas.TWO_ROUNDS_MIN_FLOPS and m < blas.WIDE_MIN_ROWS) == two
     rng = np.random.default_rng(m + n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
@@ -90,13 +92,17 @@ def test_tiles_at_every_thread_count(m, k, n, two):
 
 @needs_blas
 @pytest.mark.parametrize("m,k,n,dt", [(40, 33, 2500, np.float32), (3000, 8, 2049, np.float32),
+                                      (blas.WIDE_MIN_ROWS, 8, 2 * blas.CALL_MAX_COLS + 3,
+                                       np.float32),
                                       (24, 70, 2 * blas.CALL_MAX_COLS + 1, np.float64),
                                       (5, 16, blas.CALL_MAX_COLS + 1, np.float32)])
 def test_wide_products_are_cut_into_column_blocks(m, k, n, dt):
     """A tile wider than ``CALL_MAX_COLS`` columns is computed by several BLAS calls of
-    equal column blocks (MKL slows down on a wide B): row tiles and column tiles, B read
-    plainly and transposed, with a fused epilogue, at 1 to 3 threads. Each output starts
-    as NaN, so a block no call wrote shows."""
+    equal column blocks (MKL slows down on a wide B), and a product of at least
+    ``WIDE_MIN_ROWS`` rows (3000 x 8 x 2049 and the 1024-row one) by one call per tile
+    however wide: row tiles and column tiles, B read plainly and transposed, with a
+    fused epilogue, at 1 to 3 threads. Each output starts as NaN, so a block no call
+    wrote shows."""
     rng = np.random.default_rng(m + k + n)
     a = rng.standard_normal((m, k)).astype(dt)
     b = rng.standard_normal((k, n)).astype(dt)

@@ -96,6 +96,17 @@ TWO_ROUNDS_MIN_FLOPS = 1 << 26
 #: 128 x 768 x 50257 (GPT-2's) 62 against 86-90, 1024 x 768 x 3072 83 against 92-98
 #: (session 18, Zen 4); OpenBLAS stayed 79-100 at every width (docs/perf.md).
 CALL_MAX_COLS = 1024
+#: Products of this many rows or more are exempt from both rules above: one tile per
+#: thread, each tile one BLAS call however wide. What MKL prefers flips with the rows:
+#: at 128 rows one call over a wide B is slow (above), at 1024 rows it is the fast way.
+#: Through the driver, calls alternated in one process (session 20, Zen 4), one round of
+#: single calls took 0.78-0.94x the two rounds of <= 1024-column calls on the LM heads at
+#: 1024 rows (1024 x 768 x 32000, 50257; 1024 x 512 x 32128) and 1.26-1.55x at 128 rows;
+#: whole models at batch 8 (seq 128: 1024-row products), in-process A/Bs: LLaMA 0.84,
+#: 0.87, 0.94, 0.95, T5-small 0.90, 0.92, ViT 0.94, GPT-2 0.96, BERT 0.98 (docs/perf.md).
+#: What it gives up: a product this tall no longer has a second round for a thread
+#: the OS descheduled (``TWO_ROUNDS_MIN_FLOPS``); none of ``bench_busy``'s rows has one.
+WIDE_MIN_ROWS = 1024
 #: Gram products (``x @ x.T``) from this size compute the lower triangle in strips and
 #: mirror it (``hg_gemm_symmetric``); smaller ones stay one plain product.
 SYMMETRIC_MIN = 128
@@ -214,10 +225,14 @@ static void hg_call_block(const hg_gemm_desc *d, int64_t m, int64_t n, const cha
 /* How many equal blocks of at most HG_CALL_COLS columns n columns are cut into. */
 static int64_t hg_col_blocks(int64_t n) { return (n + HG_CALL_COLS - 1) / HG_CALL_COLS; }
 
+/* Whether `d` is tall enough for one tile per thread and one BLAS call per tile
+   (WIDE_MIN_ROWS in blas.py says why). */
+static int hg_wide(const hg_gemm_desc *d) { return d->m >= HG_WIDE_ROWS; }
+
 /* C (m x n, at c) = op(A) op(B) for the rows at a and the columns at b: one BLAS call per
    block of at most HG_CALL_COLS columns, the blocks equal (HG_CALL_COLS: MKL slows down
-   on a wide B). The blocks depend on n alone, so a product's result does not depend on
-   timing. */
+   on a wide B), or one call for a tall product (hg_wide). The blocks depend on the
+   product's shape alone, so its result does not depend on timing. */
 static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
                     const char *b, char *c) {
   const size_t es = d->f64 ? 8 : 4;
@@ -225,7 +240,7 @@ static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
     for (int64_t i = 0; i < m; i++) memset(c + i * d->ldc * es, 0, (size_t)n * es);
     return;
   }
-  const int64_t blocks = hg_col_blocks(n);
+  const int64_t blocks = hg_wide(d) ? 1 : hg_col_blocks(n);
   for (int64_t t = 0; t < blocks; t++) {
     const int64_t lo = n * t / blocks, hi = n * (t + 1) / blocks;
     hg_call_block(d, m, hi - lo, a, b + (d->tb ? lo * d->ldb : lo) * (int64_t)es,
@@ -267,11 +282,12 @@ static int64_t hg_threads_for(const hg_gemm_desc *d) {
 
 /* Tiles of `d` for `nt` threads along `len`, and in how many rounds (`*rounds`, for
    hg_edge): two (2 nt tiles) for a product of at least HG_TWO_ROUNDS_FLOPS whose second
-   round's tiles are at least HG_MIN_TILE, else one tile per thread, none thinner than
-   HG_MIN_TILE. */
+   round's tiles are at least HG_MIN_TILE and that is not tall (hg_wide), else one tile
+   per thread, none thinner than HG_MIN_TILE. */
 static int64_t hg_tiles_for(const hg_gemm_desc *d, int64_t len, int64_t nt, int *rounds) {
   *rounds = 1;
-  if (nt > 1 && hg_flops(d) >= HG_TWO_ROUNDS_FLOPS && len / (3 * nt) >= HG_MIN_TILE) {
+  if (nt > 1 && hg_flops(d) >= HG_TWO_ROUNDS_FLOPS && len / (3 * nt) >= HG_MIN_TILE &&
+      !hg_wide(d)) {
     *rounds = 2;
     return 2 * nt;
   }
@@ -846,7 +862,7 @@ def runtime_source() -> str:
     return (f"#define HG_PAR_FLOPS {PARALLEL_MIN_FLOPS}.0\n#define HG_MIN_TILE {MIN_TILE}\n"
             f"#define HG_PACK_MAX_TILES {PACK_MAX_TILES}\n"
             f"#define HG_TWO_ROUNDS_FLOPS {TWO_ROUNDS_MIN_FLOPS}.0\n"
-            f"#define HG_CALL_COLS {CALL_MAX_COLS}\n"
+            f"#define HG_CALL_COLS {CALL_MAX_COLS}\n#define HG_WIDE_ROWS {WIDE_MIN_ROWS}\n"
             f"#define HG_SYM_MIN {SYMMETRIC_MIN}\n#define HG_SYM_MIN_STRIP {SYMMETRIC_MIN_STRIP}\n"
             + RUNTIME_C)
 
