@@ -22,12 +22,16 @@ import argparse
 import ctypes
 import functools
 import json
+import os
 import re
 import statistics
-import time
+import sys
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_steps import _median_ms as median_ms  # noqa: E402  (one call, then a median)
 
 
 def parse_variant(text: str) -> dict[str, str]:
@@ -72,16 +76,6 @@ def build(defines: dict[str, str], tag: int) -> Any:
     lib.hg_gemm.argtypes = [ctypes.c_void_p] * 7
     lib.hg_gemm.restype = None
     return lib
-
-
-def median_ms(call: Any, repeat: int) -> float:
-    call()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
 
 
 def main() -> None:
