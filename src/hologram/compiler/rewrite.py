@@ -257,13 +257,42 @@ def form_key(v: Value) -> bytes:
     return _digest(v, _FORM_KEYS, _which_input)
 
 
-def order_key(v: Value) -> tuple[bool, bytes, bytes]:
+#: How many levels of operands ``order_key`` compares before the whole computation.
+ORDER_DEPTH = 3
+_NEAR_KEYS: dict[int, weakref.WeakKeyDictionary[Value, bytes]] = {}
+
+
+def near_form_key(v: Value, depth: int = ORDER_DEPTH) -> bytes:
+    """:func:`form_key` of ``v`` down to ``depth`` levels of operands only (deeper ones
+    count by opcode, dtype and shape): equal for the same local computation whatever
+    produced its inputs further up."""
+    memo = _NEAR_KEYS.setdefault(depth, weakref.WeakKeyDictionary())
+    got = memo.get(v)
+    if got is not None:
+        return got
+    h = hashlib.blake2b(digest_size=16)
+    attrs = ";".join(f"{k}={_attr_key(x)}" for k, x in v.attrs if not _which_input(v, k))
+    h.update(f"{v.op.value}|{v.dtype.name}|{v.shape}|{attrs}|".encode())
+    if depth > 0:
+        for s in v.srcs:
+            h.update(near_form_key(s, depth - 1))
+    memo[v] = h.digest()
+    return memo[v]
+
+
+def order_key(v: Value) -> tuple[bool, bytes, bytes, bytes]:
     """Sort key for commutative operands: constants last, then by the computation's
-    form, then by its full structural key. The form first, so that repeated layers,
-    which differ only in the buffers they read, order their operands alike and render
-    to the same C (``compiler/shared_bodies.py`` then compiles it once); with the full
-    key first the order followed the digests of each layer's input numbers."""
-    return (v.op is Op.CONST, form_key(v), structural_key(v))
+    form near the operand, then by its whole form, then by its full structural key.
+    Forms before the full key, so that repeated layers, which differ only in the
+    buffers they read, order their operands alike and render to the same C
+    (``compiler/shared_bodies.py`` then compiles it once); with the full key first the
+    order followed the digests of each layer's input numbers. The near form first,
+    because the whole form differs with what produced a layer's input: ResNet-18's
+    Winograd transforms multiply the same loads by the same coefficients in every
+    stage, but the activation each stage loads has another history, so their factors
+    came in another order per layer and seven steps stayed three and four copies of two
+    bodies (docs/perf.md, session 20)."""
+    return (v.op is Op.CONST, near_form_key(v), form_key(v), structural_key(v))
 
 
 # --------------------------------------------------------------------------- engine
@@ -404,5 +433,5 @@ def rewrite(
 
 __all__ = [
     "Bindings", "Pat", "RewriteLoopError", "Rule", "const_equals", "const_scalar",
-    "order_key", "rewrite", "structural_key",
+    "near_form_key", "order_key", "rewrite", "structural_key",
 ]
