@@ -69,10 +69,8 @@ def build(defines: dict[str, str], tag: int) -> Any:
         if n == 0:
             raise SystemExit(f"--variant: the driver has no '#define {name}'")
     cc = hologram.default_executor("cpu").backend.cc
-    lib = cc.compile(src, {"runtime": f"gemm-ab-{tag}", "defines": repr(sorted(defines.items()))})
-    lib.hg_gemm_init.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int, ctypes.c_void_p]
-    lib.hg_gemm_init(found.sgemm, found.dgemm, found.set_threads or None, int(found.ilp64),
-                     None)
+    lib = blas.bind_runtime(cc.compile(src, {"runtime": f"gemm-ab-{tag}",
+                                             "defines": repr(sorted(defines.items()))}), found)
     lib.hg_gemm.argtypes = [ctypes.c_void_p] * 7
     lib.hg_gemm.restype = None
     return lib

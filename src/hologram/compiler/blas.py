@@ -881,6 +881,12 @@ def _runtime_lib(cc: Any) -> Any:
         warnings.warn(f"hologram: GEMM runs through np.matmul: the BLAS driver did not "
                       f"build: {str(e).splitlines()[0]}", stacklevel=2)
         return None
+    return bind_runtime(lib, blas)
+
+
+def bind_runtime(lib: Any, blas: Blas) -> Any:
+    """Bind a loaded GEMM driver (``runtime_source``, or a variant of it: the benchmarks'
+    ``ab_gemm_driver.py``) to ``blas`` and declare its pack calls; returns ``lib``."""
     init = lib.hg_gemm_init
     init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                      ctypes.c_void_p]

@@ -212,6 +212,13 @@ def _attr_key(v: Any) -> str:
     return repr(v)
 
 
+def _node_header(n: Value, skip: Callable[[Value, str], bool]) -> bytes:
+    """What a digest hashes of ``n`` itself: opcode, dtype, shape, the attributes but
+    those ``skip`` names (its operands' digests follow)."""
+    attrs = ";".join(f"{k}={_attr_key(x)}" for k, x in n.attrs if not skip(n, k))
+    return f"{n.op.value}|{n.dtype.name}|{n.shape}|{attrs}|".encode()
+
+
 def _digest(v: Value, memo: weakref.WeakKeyDictionary[Value, bytes],
             skip: Callable[[Value, str], bool]) -> bytes:
     """A content digest of ``v`` and everything it depends on (opcode, dtype, shape,
@@ -229,9 +236,7 @@ def _digest(v: Value, memo: weakref.WeakKeyDictionary[Value, bytes],
             stack.append((n, True))
             stack.extend((s, False) for s in n.srcs if s not in memo)
             continue
-        h = hashlib.blake2b(digest_size=16)
-        attrs = ";".join(f"{k}={_attr_key(x)}" for k, x in n.attrs if not skip(n, k))
-        h.update(f"{n.op.value}|{n.dtype.name}|{n.shape}|{attrs}|".encode())
+        h = hashlib.blake2b(_node_header(n, skip), digest_size=16)
         for s in n.srcs:
             h.update(memo[s])
         memo[n] = h.digest()
@@ -270,9 +275,7 @@ def near_form_key(v: Value, depth: int = ORDER_DEPTH) -> bytes:
     got = memo.get(v)
     if got is not None:
         return got
-    h = hashlib.blake2b(digest_size=16)
-    attrs = ";".join(f"{k}={_attr_key(x)}" for k, x in v.attrs if not _which_input(v, k))
-    h.update(f"{v.op.value}|{v.dtype.name}|{v.shape}|{attrs}|".encode())
+    h = hashlib.blake2b(_node_header(v, _which_input), digest_size=16)
     if depth > 0:
         for s in v.srcs:
             h.update(near_form_key(s, depth - 1))
