@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/ab_lowering.py --model convnext_atto --batch 8 \\
         --setting hologram_torch.lowering.convolution:FLAT_MAX_WIDTH --values 0,28
+    .venv/bin/python benchmarks/ab_lowering.py --model resnet18 --batch 8 --train 112 \\
+        --setting hologram_torch.lowering.convolution:INPUT_GRAD_WINOGRAD --values False,True
 
 Why a kept tool: on this project's shared 2-core machines a model's median moves 20-60%
 between processes, so comparing two versions in two processes (or two git worktrees)
@@ -12,6 +14,9 @@ entry per backend, so each copy keeps its own programs), and the copies' calls a
 interleaved (the order alternates per round, with a short settle before each call).
 Only settings read while compiling count (lowering, canonical rules, the scheduler,
 the renderers); a setting read at run time would be the same for both copies.
+``--train SIZE`` times a CNN's training step instead (forward, cross-entropy, backward,
+SGD with momentum, as ``bench_models.py --cnn`` does), each value on its own copy of
+the model and optimizer.
 
 Prints each value's median and IQR in ms and its time over the first value's; the
 copies' outputs must agree with eager (largest relative difference shown). ``--json``
@@ -71,6 +76,57 @@ def backend_with(mod: Any, attr: str, value: Any) -> Callable[..., Any]:
     return backend
 
 
+def _no_grad_call(m: Any, kw: dict[str, Any]) -> Callable[[], Any]:
+    import torch
+
+    def call() -> Any:
+        with torch.no_grad():
+            return m(**kw)
+    return call
+
+
+def _training_calls(bm: Any, model: Any, inputs: Any, batch: int, size: int, mod: Any,
+                    attr: str, values: list[Any]) -> tuple[list[Callable[[], Any]],
+                                                            list[float]]:
+    """A CNN's training step per value (``bench_models.cnn_training_table``'s: forward
+    in training mode, cross-entropy, backward, SGD with momentum), each on its own copy
+    of the model, and each first step's loss against eager's (relative). The setting
+    holds through each copy's first step: AOT autograd may compile the backward only
+    when the first backward runs, outside the backend call."""
+    import torch
+
+    if size < 1:
+        raise SystemExit(f"--train: a positive size, not {size}")
+    x = inputs(batch, size)["x"]
+    y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(0))
+
+    def make(m: Any, backend: Any) -> Callable[[], Any]:
+        m.train()
+        f = torch.compile(m, backend=backend) if backend is not None else m
+        opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+
+        def step() -> Any:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(f(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    want = make(copy.deepcopy(model), None)().item()
+    calls, errs = [], []
+    for v in values:
+        step = make(copy.deepcopy(model), backend_with(mod, attr, v))
+        old = getattr(mod, attr)
+        setattr(mod, attr, v)
+        try:
+            errs.append(abs(step().item() - want) / abs(want))
+        finally:
+            setattr(mod, attr, old)
+        calls.append(step)
+    return calls, errs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="convnext_atto")
@@ -78,6 +134,8 @@ def main() -> None:
     p.add_argument("--setting", required=True, metavar="MODULE:NAME")
     p.add_argument("--values", required=True, help="comma-separated Python literals")
     p.add_argument("--samples", type=int, default=30)
+    p.add_argument("--train", type=int, metavar="SIZE",
+                   help="time a CNN's training step at SIZE x SIZE instead of inference")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
 
@@ -89,26 +147,34 @@ def main() -> None:
     if len(values) < 2:
         raise SystemExit("--values: give at least two")
     model, inputs = bm.build(args.model)  # CNN names included
-    kw = inputs(args.batch)
-    copies = [torch.compile(copy.deepcopy(model), backend=backend_with(mod, attr, v))
-              for v in values]
+    if args.train is not None and args.model not in bm.CNNS:
+        raise SystemExit(f"--train: a CNN ({', '.join(bm.CNNS)}), not {args.model!r}")
+    if args.train is not None:
+        calls, errs = _training_calls(bm, model, inputs, args.batch, args.train, mod, attr,
+                                      values)
+    else:
+        kw = inputs(args.batch)
+        copies = [torch.compile(copy.deepcopy(model), backend=backend_with(mod, attr, v))
+                  for v in values]
+        with torch.no_grad():
+            want = bm.main_output(model(**kw))
+            errs = [bm.rel_err(bm.main_output(m(**kw)), want) for m in copies]
+        calls = [_no_grad_call(m, kw) for m in copies]
     times: list[list[float]] = [[] for _ in values]
-    with torch.no_grad():
-        want = bm.main_output(model(**kw))
-        errs = [bm.rel_err(bm.main_output(m(**kw)), want) for m in copies]
-        for _ in range(2):
-            for m in copies:
-                m(**kw)
-        for r in range(args.samples):
-            order = range(len(copies)) if r % 2 == 0 else reversed(range(len(copies)))
-            for i in order:
-                time.sleep(SETTLE_S)
-                t = time.perf_counter()
-                copies[i](**kw)
-                times[i].append(time.perf_counter() - t)
+    for _ in range(2):
+        for call in calls:
+            call()
+    for r in range(args.samples):
+        order = range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))
+        for i in order:
+            time.sleep(SETTLE_S)
+            t = time.perf_counter()
+            calls[i]()
+            times[i].append(time.perf_counter() - t)
     base = statistics.median(times[0])
-    print(f"{args.model}, batch {args.batch}: {args.setting} (medians of {args.samples}, "
-          "calls interleaved)")
+    what = f"training step at {args.train}x{args.train}" if args.train else "inference"
+    print(f"{args.model}, batch {args.batch}, {what}: {args.setting} (medians of "
+          f"{args.samples}, calls interleaved)")
     for v, ts, err in zip(values, times, errs, strict=True):
         q = statistics.quantiles(ts, n=4)
         print(f"  {v!r:>12}: {statistics.median(ts) * 1e3:9.2f} ms  IQR "

@@ -5,15 +5,19 @@
 
 Models: the CNNs of ``bench_models.py --cnn`` (resnet18, mobilenet_v3_small,
 convnext_atto) and its transformers (gpt2, bert, llama, t5, vit), inference under
-``torch.no_grad()``. The model is compiled with ``backend="hologram"`` and called once;
-every program launch through the CPU backend's pointer launcher is recorded (its
-compiled program and its pointer table). Then each step that ``hg_run`` calls (``k<i>``
+``torch.no_grad()``; with ``--train SIZE``, a CNN's training step instead (forward in
+training mode at SIZE x SIZE, cross-entropy, backward, SGD with momentum), as
+``bench_models.py --cnn`` times it: its forward and backward programs are profiled.
+The model is compiled with ``backend="hologram"`` and called once; every program
+launch through the CPU backend's pointer launcher is recorded (its compiled program
+and its pointer table). Then each step that ``hg_run`` calls (``k<i>``
 kernels, ``g<i>`` GEMM steps with their fused epilogues, attention steps) is called
 alone on that table, ``--repeat`` times, and its median kept. Steps run alone start
 with warmer caches than inside the whole call, so the sum is a little below a call's
 time; the ranking is what this is for.
 
-Each row names the step, its program, its median in ms, its share of the sum, and
+Each row names the step, its program, its median in ms alone, its share of the sum,
+its median inside the program (the steps called in order, a clock around each), and
 what it computes: the instructions it stores (opcode and shape) from the schedule.
 Why a kept tool: sessions 11-13 each wrote a scratch profiler like it to find the
 steps worth rewriting (docs/perf.md).
@@ -59,8 +63,11 @@ def _record_launches() -> list[tuple[Any, list[Any], list[Any]]]:
             arrays.append(a)
         arrays += [np.empty(shape, dt.np_dtype) for dt, shape in compiled.program.output_specs]
         backend = hologram.default_executor("cpu").backend
+        # No packed copies given (training graphs: weights are not constants): the
+        # program reads B unpacked, as the launch did.
         copies = [backend.pack(compiled, i, address)
-                  for i, (_, address) in enumerate(zip(compiled.packs, packed, strict=True))]
+                  for i, (_, address) in enumerate(zip(compiled.packs, packed, strict=True))
+                  ] if packed else []
         return arrays, copies
 
     def launcher(self: Any, compiled: Any) -> Any:
@@ -117,24 +124,63 @@ def _median_ms(call: Any, repeat: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def profile(model: str, batch: int, repeat: int, top: int, source: str | None = None) -> None:
+def _call(model: str, batch: int, train: int | None) -> Any:
+    """The call to profile: a compiled inference, or a compiled CNN's training step."""
     import torch
     from bench_models import CNNS, build, build_cnn
 
+    m, make = build_cnn(model) if model in CNNS else build(model)
+    if train is None:
+        inputs = make(batch)
+        f = torch.compile(m, backend="hologram")
+
+        def infer() -> None:
+            with torch.no_grad():
+                f(**inputs)
+        return infer
+    if model not in CNNS:
+        raise SystemExit(f"--train: a CNN ({', '.join(CNNS)}), not {model!r}")
+    x = make(batch, train)["x"]
+    y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(0))
+    m.train()
+    f = torch.compile(m, backend="hologram")
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(f(x), y).backward()
+        opt.step()
+    return step
+
+
+def _in_order_ms(fns: list[Any], repeat: int) -> list[float]:
+    """Each step's median in ms as it runs inside the program: the steps called in
+    order, ``repeat`` times, a clock read around each. Beside a step's time alone, this
+    shows what it pays for its place: operands another core wrote or evicted, threads
+    still busy with the step before."""
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(repeat + 1):
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            if r:  # the first pass warms up
+                times[i].append(time.perf_counter() - t)
+    return [statistics.median(ts) * 1e3 for ts in times]
+
+
+def profile(model: str, batch: int, repeat: int, top: int, source: str | None = None,
+            train: int | None = None) -> None:
     import hologram
     import hologram_torch  # noqa: F401  (registers backend="hologram")
     from hologram.backends.cpu import _put_packed
     from hologram.memory.address import data_pointer
 
     seen = _record_launches()
-    m, make = build_cnn(model) if model in CNNS else build(model)
-    inputs = make(batch)
-    f = torch.compile(m, backend="hologram")
-    with torch.no_grad():
-        f(**inputs)
-        call_ms = _median_ms(lambda: f(**inputs), repeat)
+    call = _call(model, batch, train)
+    call()
+    call_ms = _median_ms(call, repeat)
     ex = hologram.default_executor("cpu")
-    rows: list[tuple[float, str, int, str]] = []
+    rows: list[tuple[float, str, int, str, float]] = []
     programs: list[float] = []  # each program's whole launch (hg_run), median ms
     for pi, (compiled, arrays, packed_copies) in enumerate(seen):
         pointers = [data_pointer(a) for a in arrays]
@@ -153,11 +199,11 @@ def profile(model: str, batch: int, repeat: int, top: int, source: str | None = 
             table[compiled.err_slot] = ctypes.addressof(err)
         what = _describe(compiled)
         programs.append(_median_ms(functools.partial(compiled.raw_kernels[0], table), repeat))
-        for name in _steps(compiled.lowered.source):
-            fn = lib[name]
-            fn.restype = None
-            rows.append((_median_ms(functools.partial(fn, table), repeat), name, pi,
-                         what.get(name, "")))
+        names = _steps(compiled.lowered.source)
+        fns = [functools.partial(lib[name], table) for name in names]
+        in_order = _in_order_ms(fns, repeat)
+        for name, fn, seq_ms in zip(names, fns, in_order, strict=True):
+            rows.append((_median_ms(fn, repeat), name, pi, what.get(name, ""), seq_ms))
         del block
     total = sum(r[0] for r in rows)
     rows.sort(reverse=True)
@@ -165,9 +211,16 @@ def profile(model: str, batch: int, repeat: int, top: int, source: str | None = 
           f"sum of step medians {total:.2f} ms, programs' launches {sum(programs):.2f} ms, "
           f"whole call {call_ms:.2f} ms, "
           f"threads {hologram.get_num_threads()}")
-    print(f"{'ms':>8} {'share':>6}  program/step  stores")
-    for ms, name, pi, what in rows[:top]:
-        print(f"{ms:8.3f} {100 * ms / total:5.1f}%  p{pi}/{name:<9} {what}")
+    for pi, ms in enumerate(programs):
+        steps = [r for r in rows if r[2] == pi]
+        gemm = [r for r in steps if r[3].startswith("gemm")]
+        print(f"  p{pi}: launch {ms:.2f} ms; {len(steps)} steps sum "
+              f"{sum(r[0] for r in steps):.2f} ms alone, {sum(r[4] for r in steps):.2f} "
+              f"in order; GEMM steps {sum(r[0] for r in gemm):.2f} alone, "
+              f"{sum(r[4] for r in gemm):.2f} in order")
+    print(f"{'ms':>8} {'share':>6} {'in order':>8}  program/step  stores")
+    for ms, name, pi, what, seq_ms in rows[:top]:
+        print(f"{ms:8.3f} {100 * ms / total:5.1f}% {seq_ms:8.3f}  p{pi}/{name:<9} {what}")
 
 
 def main() -> None:
@@ -176,10 +229,12 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--repeat", type=int, default=9)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--train", type=int, metavar="SIZE",
+                   help="profile a CNN's training step at SIZE x SIZE instead")
     p.add_argument("--source", metavar="PATH",
                    help="also write each program's C source to PATH.<program>.c")
     args = p.parse_args()
-    profile(args.model, args.batch, args.repeat, args.top, args.source)
+    profile(args.model, args.batch, args.repeat, args.top, args.source, args.train)
 
 
 if __name__ == "__main__":

@@ -213,3 +213,39 @@ def test_compiled_block_matches_eager():
         got, want = f(x), block(x)
     err = (got.double() - want.double()).abs().max().item() / want.abs().max().item()
     assert err <= 1e-5, err
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 16, 16), (3, 4, 15, 17)])
+def test_input_gradient_runs_winograd(shape):
+    """A dense stride-1 3x3 convolution's input gradient (padding 1) is the transposed
+    convolution of the output gradient through Winograd (one GEMM batched over the tile
+    positions, no column matrix); with ``INPUT_GRAD_WINOGRAD`` off it is col2im (a GEMM
+    over the output channels into ``9 C`` rows). Both match float64 on the CPU."""
+    from hologram_torch.lowering import convolution as conv
+
+    bsz, c, h, w = shape
+    o = 5
+    rng = np.random.default_rng(sum(shape))
+    g = rng.standard_normal((bsz, o, h, w)).astype(np.float32)
+    wt = rng.standard_normal((o, c, 3, 3)).astype(np.float32)
+
+    def grad(gv, wv):
+        return conv.conv_input_grad(gv, wv, (h, w), (1, 1), (1, 1), (1, 1), 1)
+
+    specs = [("f32", g.shape), ("f32", wt.shape)]
+    x = torch.zeros(shape, dtype=torch.float64, requires_grad=True)
+    F.conv2d(x, torch.from_numpy(wt).double(), padding=1).backward(
+        torch.from_numpy(g).double())
+    want = x.grad.numpy()
+    m = winograd.tile_size((h, w))
+    for on in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(conv, "INPUT_GRAD_WINOGRAD", on)
+            prog = b.program(grad, specs)
+            got = hg.jit(grad, backend="cpu")(g, wt)
+        (gemm,) = [v for v in prog.instructions if v.op is Op.GEMM]
+        if on:
+            assert gemm.shape[0] == (m + 2) ** 2 and gemm.shape[1] == c
+        else:
+            assert 9 * c in gemm.shape
+        _close(np.asarray(got), want)

@@ -434,17 +434,29 @@ def conv_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequen
     o, cg = weight.shape[:2]
     kernel = weight.shape[2:]
     og = o // groups
-    if og > 1:  # dense: col2im; a depthwise-like one stays a direct (fused) convolution
-        return _col2im_input_grad(g, weight, in_sizes, stride, padding, dilation, groups)
     full = [(k - 1) * d for k, d in zip(kernel, dilation, strict=True)]
+    # a full correlation, less the forward's padding (negative: cropped); taps extends
+    # the dilated gradient with zeros on the right as far as in_sizes needs
+    pads = [f - p for f, p in zip(full, padding, strict=True)]
+    dense_winograd = (og > 1 and INPUT_GRAD_WINOGRAD and all(s == 1 for s in stride)
+                      and pads == list(padding)
+                      and winograd.applies(g, weight, tuple(stride), tuple(dilation), groups,
+                                           tuple(in_sizes)))
+    if og > 1 and not dense_winograd:
+        # dense: col2im; a depthwise-like one stays a direct (fused) convolution
+        return _col2im_input_grad(g, weight, in_sizes, stride, padding, dilation, groups)
     gd = _dilate(g, stride)
     wt = weight.reshape((groups, og, cg, *kernel)).permute(
         (0, 2, 1, *range(3, 3 + nd))).reshape((groups * cg, og, *kernel))
     wt = _flip_kernel(wt, nd)
-    # a full correlation, less the forward's padding (negative: cropped); taps extends
-    # the dilated gradient with zeros on the right as far as in_sizes needs
-    pads = [f - p for f, p in zip(full, padding, strict=True)]
     return conv_nd(gd, wt, None, (1,) * nd, pads, dilation, groups, tuple(in_sizes))
+
+
+#: Dense stride-1 input gradients that Winograd takes (a 3x3 kernel, padding 1, the
+#: conditions of ``winograd.applies``) run as the transposed convolution of the
+#: gradient, through Winograd as the forward does, instead of col2im: 2.25-4x fewer
+#: multiply-adds and no column matrix nine times the gradient's size.
+INPUT_GRAD_WINOGRAD = True
 
 
 def _folded_columns(x: Var, kernel: Sequence[int], stride: Sequence[int],
