@@ -225,6 +225,13 @@ def _sink_split_reshape(d):
     return b.program(fn, [(d, S), (d, (4,)), (d, (2,))])
 
 
+def _bsel(c, p, q):
+    """``c ? p : q`` on bool operands, either branch a Python bool (a constant)."""
+    def lift(v):
+        return b.const(v, dtypes.boolean, ()) if isinstance(v, bool) else v.v
+    return Var(b.elementwise(Op.SEL, c.v, lift(p), lift(q)))
+
+
 def _prog(fn, n=1):
     return lambda d: b.program(fn, [(d, S)] * n)
 
@@ -251,6 +258,11 @@ CASES = {
     "abs_neg": _prog(lambda x: abs(-x)),
     "minmax_same": _prog(lambda x: (x.minimum(x), x.maximum(x))),
     "sel_same": _prog(lambda x, y: (x < y).where(y, y), 2),
+    # logic as selects (how lowering.context spells or_/and_/not_), NaNs included by
+    # assert_equivalent's inputs: ATen's max-pool rule `t > best | isnan(t)`
+    "sel_not": _prog(lambda x, y: _bsel(x < y, False, True).where(x, y), 2),
+    "sel_or": _prog(lambda x, y: _bsel(x < y, True, x.eq(x)).where(x, y), 2),
+    "sel_and": _prog(lambda x, y: _bsel(x < y, x.eq(x), False).where(x, y), 2),
     "reshape_same": _prog(lambda x: raw(Op.RESHAPE, x) * 3.0),
     "reshape_reshape": _prog(lambda x: x.reshape(8, 4).reshape(2, 16).exp()),
     "permute_identity": _prog(lambda x: raw(Op.PERMUTE, x, attrs={"perm": (0, 1)}) - 1.0),

@@ -154,6 +154,18 @@ def _expand_expand(bd: Bindings, node: Value) -> Value:
     return b.make(Op.EXPAND, (bd["x"],), None, node.dtype, node.shape)
 
 
+def _not_c(bd: Bindings, _: Value) -> Value:
+    return b.unary(Op.NOT, bd["c"])
+
+
+def _or_cq(bd: Bindings, node: Value) -> Value:
+    return b.elementwise(Op.OR, bd["c"], bd["q"])
+
+
+def _and_cp(bd: Bindings, node: Value) -> Value:
+    return b.elementwise(Op.AND, bd["c"], bd["p"])
+
+
 IDENTITY_RULES: list[Rule] = [
     Rule("add_neg_zero", Pat(ops={Op.ADD}, srcs=(X, Pat(const=-0.0))), _x,
          "x + (-0.0) -> x (x + 0.0 is not an identity: -0.0 + 0.0 = +0.0)"),
@@ -171,6 +183,19 @@ IDENTITY_RULES: list[Rule] = [
     Rule("minmax_same", Pat(ops={Op.MIN, Op.MAX}, srcs=(X, X)), _x,
          "min(x, x) -> x, max(x, x) -> x"),
     Rule("sel_same", Pat(ops={Op.SEL}, srcs=(Pat(), X, X)), _x, "sel(c, x, x) -> x"),
+    # Logic spelled as selects (ATen's `a | isnan(b)` as lowered) becomes the logic ops:
+    # GCC vectorizes `!c` and `a | b` on _Bool but not `c ? 0 : 1` and `a ? 1 : b`,
+    # and one such chain kept a whole kernel scalar (ResNet-18's max pool with
+    # indices, 4.5 ms of a 60 ms forward; docs/perf.md, session 21).
+    Rule("sel_not", Pat(ops={Op.SEL}, kind="b", srcs=(Pat(name="c"), Pat(const=False, kind="b"),
+                                                    Pat(const=True, kind="b"))),
+         _not_c, "sel(c, false, true) -> not c (bool)"),
+    Rule("sel_or", Pat(ops={Op.SEL}, kind="b", srcs=(Pat(name="c"), Pat(const=True, kind="b"),
+                                                   Pat(name="q"))),
+         _or_cq, "sel(c, true, q) -> c or q (bool)"),
+    Rule("sel_and", Pat(ops={Op.SEL}, kind="b", srcs=(Pat(name="c"), Pat(name="p"),
+                                                    Pat(const=False, kind="b"))),
+         _and_cp, "sel(c, p, false) -> c and p (bool)"),
     Rule("reshape_same", Pat(ops={Op.RESHAPE}, srcs=(X,), where=_same_shape), _x,
          "reshape to the same shape -> x"),
     Rule("reshape_reshape", Pat(ops={Op.RESHAPE}, srcs=(Pat(ops={Op.RESHAPE}, srcs=(X,)),)),
