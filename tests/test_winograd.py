@@ -249,3 +249,70 @@ def test_input_gradient_runs_winograd(shape):
         else:
             assert 9 * c in gemm.shape
         _close(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 16, 16), (3, 4, 15, 17)])
+@pytest.mark.parametrize("backend", ["reference", "cpu", "webgpu"])
+def test_weight_gradient_runs_winograd(shape, backend):
+    """A dense stride-1 3x3 convolution's weight gradient (padding 1) runs through
+    F(m x m, 3 x 3): one GEMM batched over the ``(m+2)^2`` tile positions whose inner
+    dimension is the tiles (``[t, O, N] x [t, N, C]``); with ``WEIGHT_GRAD_WINOGRAD``
+    off, the column matrix's GEMM over ``9 C`` columns. Both match float64, tiles that
+    overhang the output (15 x 17) included."""
+    from hologram_torch.lowering import convolution as conv
+
+    if registry.why_unavailable(backend) is not None:
+        pytest.skip(f"{backend} unavailable: {registry.why_unavailable(backend)}")
+    bsz, c, h, w = shape
+    o = 5
+    rng = np.random.default_rng(sum(shape) + 1)
+    x = rng.standard_normal(shape).astype(np.float32)
+    g = rng.standard_normal((bsz, o, h, w)).astype(np.float32)
+
+    def grad(gv, xv):
+        return conv.conv_weight_grad(gv, xv, (o, c, 3, 3), (1, 1), (1, 1), (1, 1), 1)
+
+    wt = torch.zeros((o, c, 3, 3), dtype=torch.float64, requires_grad=True)
+    F.conv2d(torch.from_numpy(x).double(), wt, padding=1).backward(
+        torch.from_numpy(g).double())
+    want = wt.grad.numpy()
+    m = winograd.tile_size((h, w))
+    for on in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(conv, "WEIGHT_GRAD_WINOGRAD", on)
+            prog = b.program(grad, [("f32", g.shape), ("f32", x.shape)])
+            got = hg.jit(grad, backend=backend)(g, x)
+        (gemm,) = [v for v in prog.instructions if v.op is Op.GEMM]
+        if on:
+            assert gemm.shape == ((m + 2) ** 2, o, c)
+        else:
+            assert 9 * c in gemm.shape
+        _close(np.asarray(got), want)
+
+
+def test_compiled_training_step_matches_float64():
+    """Two 3x3 convolutions trained at float32 through ``torch.compile``: the forward,
+    the input gradient and the weight gradients all take Winograd (16 x 16 planes, batch
+    2), and match eager float64 within 1e-5 of each gradient's largest magnitude."""
+    import copy
+
+    import hologram_torch  # noqa: F401  (registers backend="hologram")
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 6, 3, padding=1))
+    x = torch.randn(2, 4, 16, 16)
+    w_out = torch.randn(2, 6, 16, 16)
+
+    def grads(model, inp, compiled):
+        inp = inp.clone().requires_grad_(True)
+        f = torch.compile(model, backend="hologram") if compiled else model
+        (f(inp) * w_out.to(inp.dtype)).sum().backward()
+        return [inp.grad] + [p.grad for p in model.parameters()]
+
+    want = grads(copy.deepcopy(net).double(), x.double(), False)
+    got = grads(copy.deepcopy(net), x, True)
+    for g, w in zip(got, want, strict=True):
+        err = (g.double() - w).abs().max().item() / w.abs().max().item()
+        assert err <= 1e-5, err

@@ -557,8 +557,18 @@ def conv_weight_grad(g: Var, x: Var, wshape: Sequence[int], stride: Sequence[int
         parts = [(gg * t.reshape((b, groups, 1, *outs))).sum(red).reshape((groups, og, 1)).v
                  for t in tp]
         return Var(concat(parts, 2)).reshape(tuple(wshape))
+    if (WEIGHT_GRAD_WINOGRAD and list(padding) == [1] * len(outs)
+            and winograd.applies(x, tuple(wshape), tuple(stride), tuple(dilation), groups,
+                                 tuple(outs))):
+        return winograd.weight_grad3x3(g, x, tuple(padding))
     cols = _folded_columns(x, kernel, stride, padding, dilation, outs, groups)
     return (_batch_major(g, groups) @ cols.permute((0, 2, 1))).reshape(tuple(wshape))
+
+
+#: Dense stride-1 3x3 weight gradients that Winograd takes (padding 1, the conditions
+#: of ``winograd.applies``) run through F(m x m, 3 x 3) (``winograd.weight_grad3x3``)
+#: instead of the column matrix's GEMM.
+WEIGHT_GRAD_WINOGRAD = True
 
 
 def _convolution_backward(ctx: Ctx, grad: Var, x: Var, weight: Var,

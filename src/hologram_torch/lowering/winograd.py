@@ -27,6 +27,15 @@ backend and in the reference interpreter:
    (units are output channels: each reads its ``t`` rows of M from cache), viewed back
    as ``[B, O, H, W]`` (tiles that overhang the output are cropped).
 
+Training runs both gradients the same way (``convolution.INPUT_GRAD_WINOGRAD``,
+``WEIGHT_GRAD_WINOGRAD``): the input gradient of a padding-1 convolution is the
+convolution of the output gradient with the flipped, transposed weight, so
+``conv3x3`` itself; the weight gradient (:func:`weight_grad3x3`) is the adjoint of the
+steps above, its GEMM ``dM @ V^T`` summing over the tiles. Measured on ResNet-18's
+training step at batch 8, 112 x 112 (``benchmarks/ab_lowering.py --train``, in one
+process): 0.948-0.958 of the time with col2im for the input gradients, then 0.921-0.961
+with the weight gradients too (docs/perf.md, session 21).
+
 Numerics: the transforms add and subtract values of one tile, so a non-finite input
 element reaches every output of its tile(s): an ``inf`` gives ``inf - inf = NaN``
 where the direct sum gives ``inf``, and a NaN spreads to tile neighbours whose windows
@@ -85,16 +94,17 @@ def tile_size(outs: tuple[int, ...]) -> int:
     return 4 if all(o % 4 == 0 for o in outs) else 2
 
 
-def applies(x: Var, weight: Var, stride: tuple[int, ...], dilation: tuple[int, ...],
-            groups: int, outs: tuple[int, ...]) -> bool:
+def applies(x: Var, weight: Var | tuple[int, ...], stride: tuple[int, ...],
+            dilation: tuple[int, ...], groups: int, outs: tuple[int, ...]) -> bool:
     """Whether ``conv_nd`` takes this path: a dense 2-D 3x3 stride-1 convolution at
     float32 with at least MIN_POSITIONS output positions per image and MIN_BATCH
-    images."""
+    images. ``weight``: the weight or its shape."""
+    wshape = tuple(weight if isinstance(weight, tuple) else weight.shape)
     return (enabled() and x.dtype.name in DTYPES and x.ndim == 4 and groups == 1
-            and tuple(weight.shape[2:]) == (3, 3) and stride == (1, 1)
+            and wshape[2:] == (3, 3) and stride == (1, 1)
             and dilation == (1, 1) and outs[0] * outs[1] >= MIN_POSITIONS
             and x.shape[0] >= MIN_BATCH
-            and x.shape[0] * x.shape[1] * weight.shape[0] > 0)
+            and x.shape[0] * x.shape[1] * wshape[0] > 0)
 
 
 def _combine(terms: list[tuple[Fr | int, Var]]) -> Var:
@@ -145,17 +155,15 @@ def _stack(parts: list[Var], axis: int) -> Var:
 def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]) -> Var:
     """``F.conv2d(x, weight, None, 1, padding)`` for ``x [B, C, H, W]``, ``weight [O, C,
     3, 3]``: ``[B, O, *outs]``, by F(m x m, 3 x 3) (see the module's docstring)."""
-    from .convolution import window_taps
-    from .movement import pad_with
 
-    b, c, h, w = x.shape
+    c = x.shape[1]
     o = weight.shape[0]
     m = tile_size(outs)
     a = m + 2
-    bt, g, at = TRANSFORMS[m]
+    b = x.shape[0]
+    _, g, at = TRANSFORMS[m]
     th, tw = -(-outs[0] // m), -(-outs[1] // m)
     n = b * th * tw
-    zero = const(0, x.dtype, ())
 
     # 1. the weight: U[o, i, j, c] = sum_pq G[i, p] G[j, q] w[o, c, p, q], one part per i
     #    (the j axis a vector of coefficients)
@@ -168,26 +176,8 @@ def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]
         u_parts.append(_sum([t * vec for t, vec in terms if vec is not None]))
     u = _stack(u_parts, 1).reshape((o, a * a, c)).permute((1, 0, 2))  # [t, O, C]: a view
 
-    # 2. the input, columns then rows (the strided reads fall in the smaller pass; the
-    #    rows pass then reads whole tile rows contiguously). Views of [C, B, H, W]: the
-    #    batch is folded into the GEMM's columns
-    # Each column transform is zero-padded along the rows to hp rows, inside its part of
-    # the stored CONCAT (plain stores of zeros around the transform), so every row
-    # window below is a view with no padding of its own (a padded window read by many
-    # parts would be stored by the scheduler, a pass per window).
-    hp = th * m + a - 1
-    xt = x.permute((1, 0, 2, 3)).reshape((c, b * h, w))
-    wins = window_taps(xt, (a,), (m,), (padding[1],), (1,), (tw,))  # each [C, B*H, tw]
-    vpad = [0, 0, padding[0], hp - h - padding[0]]
-    s = _stack([pad_with(_combine([(bt[j][q], wins[q]) for q in range(a)]).reshape(
-        (c, b, h, tw)), vpad, zero) for j in range(a)], 1)  # [C, a, B, hp, tw]
-    s = s.reshape((c * a, b, hp, tw))
-    rows = window_taps(s, (a, 1), (m, 1), (0, 0), (1, 1), (th, tw))
-    rows = [t.reshape((c, a, b * th, tw)) for t in rows]  # each [C, a, B*th, tw]
-
-    # one part per i, each over every j (the rows carry the j axis along)
-    v = _stack([_combine([(bt[i][p], rows[p]) for p in range(a)]) for i in range(a)], 1)
-    v = v.reshape((c, a * a, n)).permute((1, 0, 2))  # [C, a, a, ...] as [t, C, N]: a view
+    # 2. the input
+    v = _input_tiles(x, padding, outs)
 
     # 3. one GEMM batched over the tile positions
     mm = u @ v  # [t, O, N]
@@ -206,3 +196,91 @@ def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]
     if (th * m, tw * m) != tuple(outs):
         y = y.slice((0, 0, 0, 0), (b, o, *outs))
     return y
+
+
+def _input_tiles(x: Var, padding: tuple[int, ...], outs: tuple[int, ...]) -> Var:
+    """``V``: the input's tiles transformed, ``[t, C, N]`` (``t = a^2`` tile positions,
+    ``N`` tiles over the batch), as both the convolution and its weight gradient read
+    them."""
+    from .convolution import window_taps
+    from .movement import pad_with
+
+    b, c, h, w = x.shape
+    m = tile_size(outs)
+    a = m + 2
+    bt = TRANSFORMS[m][0]
+    th, tw = -(-outs[0] // m), -(-outs[1] // m)
+    n = b * th * tw
+    zero = const(0, x.dtype, ())
+    # columns then rows (the strided reads fall in the smaller pass; the
+    #    rows pass then reads whole tile rows contiguously). Views of [C, B, H, W]: the
+    #    batch is folded into the GEMM's columns
+    # Each column transform is zero-padded along the rows to hp rows, inside its part of
+    # the stored CONCAT (plain stores of zeros around the transform), so every row
+    # window below is a view with no padding of its own (a padded window read by many
+    # parts would be stored by the scheduler, a pass per window).
+    hp = th * m + a - 1
+    xt = x.permute((1, 0, 2, 3)).reshape((c, b * h, w))
+    wins = window_taps(xt, (a,), (m,), (padding[1],), (1,), (tw,))  # each [C, B*H, tw]
+    vpad = [0, 0, padding[0], hp - h - padding[0]]
+    s = _stack([pad_with(_combine([(bt[j][q], wins[q]) for q in range(a)]).reshape(
+        (c, b, h, tw)), vpad, zero) for j in range(a)], 1)  # [C, a, B, hp, tw]
+    s = s.reshape((c * a, b, hp, tw))
+    rows = window_taps(s, (a, 1), (m, 1), (0, 0), (1, 1), (th, tw))
+    rows = [t.reshape((c, a, b * th, tw)) for t in rows]  # each [C, a, B*th, tw]
+
+    # one part per i, each over every j (the rows carry the j axis along)
+    v = _stack([_combine([(bt[i][p], rows[p]) for p in range(a)]) for i in range(a)], 1)
+    return v.reshape((c, a * a, n)).permute((1, 0, 2))  # [C, a, a, ...] as [t, C, N]: a view
+
+
+def weight_grad3x3(grad: Var, x: Var, padding: tuple[int, ...]) -> Var:
+    """The weight gradient ``[O, C, 3, 3]`` of ``conv3x3(x, w, padding)`` for the output
+    gradient ``grad [B, O, *outs]``, by the same F(m x m, 3 x 3): the adjoints of its
+    steps in reverse. The output transform's adjoint turns each ``m x m`` tile of the
+    gradient into ``dM [t, O, N]``; ``dU = dM @ V^T`` is one GEMM batched over the tile
+    positions whose inner dimension is the tiles (the sum over images and positions);
+    the weight transform's adjoint gives ``dw = G^T dU G``. ``(m+2)^2 / m^2`` products
+    per output position and channel pair (2.25 at m = 4) where the column matrix's GEMM
+    has 9, and no column matrix nine times the input's size."""
+    b, o = grad.shape[:2]
+    outs = tuple(grad.shape[2:])
+    c = x.shape[1]
+    m = tile_size(outs)
+    a = m + 2
+    _, g, at = TRANSFORMS[m]
+    th, tw = -(-outs[0] // m), -(-outs[1] // m)
+    n = b * th * tw
+
+    # the output transform's adjoint, dM[p, q] = sum_i AT[i, p] sum_j AT[j, q] dY[i, j],
+    # in two passes over views of the gradient as the input's transform is: columns
+    # (a part per q, windows of m along each row), then rows (a part per p), so the
+    # tiles (batch, tile row, tile column) end innermost with the columns contiguous.
+    # Positions past the output (overhanging tiles) have a zero gradient.
+    from .convolution import window_taps
+    from .movement import pad_with
+
+    hp, wp = th * m, tw * m
+    d = grad
+    if (hp, wp) != outs:
+        d = pad_with(d, [0, wp - outs[1], 0, hp - outs[0]], const(0, grad.dtype, ()))
+    wins = window_taps(d.permute((1, 0, 2, 3)).reshape((o, b * hp, wp)), (m,), (m,), (0,),
+                       (1,), (tw,))  # each [O, B*hp, tw]
+    r = _stack([_combine([(at[j][q], wins[j]) for j in range(m)]).reshape((o, b, hp, tw))
+                for q in range(a)], 1).reshape((o * a, b, hp, tw))  # [O, a(q), B, hp, tw]
+    rows = [t.reshape((o, a, b * th, tw))
+            for t in window_taps(r, (m, 1), (m, 1), (0, 0), (1, 1), (th, tw))]
+    dm = _stack([_combine([(at[i][p], rows[i]) for i in range(m)]) for p in range(a)], 1)
+    dm = dm.reshape((o, a * a, n)).permute((1, 0, 2))  # [O, a, a, N] as [t, O, N]: a view
+
+    # one GEMM batched over the tile positions, the tiles its inner dimension
+    v = _input_tiles(x, padding, outs)  # [t, C, N]
+    du = dm @ v.permute((0, 2, 1))  # [t, O, C]
+
+    # the weight transform's adjoint: dw[p, q] = sum_i G[i, p] sum_j G[j, q] dU[i*a + j]
+    planes = [du.slice((t, 0, 0), (1, o, c)).reshape((o, c)) for t in range(a * a)]
+    half = [[_combine([(g[j][q], planes[i * a + j]) for j in range(a)]) for q in range(3)]
+            for i in range(a)]
+    taps = [_combine([(g[i][p], half[i][q]) for i in range(a)]) for p in range(3)
+            for q in range(3)]
+    return _stack(taps, 2).reshape((o, c, 3, 3))
