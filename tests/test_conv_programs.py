@@ -190,12 +190,19 @@ def test_convolution_backward_kernels_compile_for_cuda(name):
 def test_a_weight_gradient_is_one_gemm_over_the_batch():
     """The weight gradient of a dense convolution is one GEMM whose inner dimension is
     the batch times the positions (the gradient ``[O, B*L]`` times the columns read
-    transposed), at any number of positions: no product per image summed after."""
+    transposed), at any number of positions: no product per image summed after.
+    (Winograd's weight gradient, which 289 positions at float32 would take, is off here;
+    tests/test_winograd.py covers it.)"""
+    from hologram_torch.lowering import convolution
+
     for size in (7, 17):  # 49 and 289 positions: below and above FOLD_MAX_POSITIONS
         def grad(gy, x, size=size):
             return (conv_weight_grad(gy, x, (16, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1),)
 
-        (g,) = _gemms(grad, [("f32", (3, 16, size, size)), ("f32", (3, 8, size, size))])
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(convolution, "WEIGHT_GRAD_WINOGRAD", False)
+            (g,) = _gemms(grad, [("f32", (3, 16, size, size)),
+                                 ("f32", (3, 8, size, size))])
         assert g.shape == (1, 16, 8 * 9)
         assert g.srcs[0].shape[-1] == 3 * size * size
 
@@ -267,3 +274,39 @@ def test_a_batch_with_few_positions_is_one_gemm(kernel, stride, pad):
     (g,) = _gemms(conv, [("f32", (3, 8, *size)), ("f32", (16, 8, *kernel))])
     assert g.shape == (16, 3 * 49)
     assert FOLD_MAX_POSITIONS < 16 * 17
+
+
+#: (input, out channels, kernel, stride, padding, dilation): strided input gradients
+#: summed per output phase, sizes that do and do not divide by the stride
+PHASE_CASES = [((2, 3, 8, 8), 4, 3, 2, 1, 1), ((2, 3, 9, 7), 4, 3, 2, 1, 1),
+               ((1, 2, 8, 8), 3, 1, 2, 0, 1), ((2, 2, 11, 10), 3, 3, 3, 1, 1),
+               ((1, 2, 12, 12), 3, 3, 2, 2, 2), ((2, 3, 10, 9), 2, 5, 2, 2, 1),
+               ((2, 2, 13, 6), 2, 4, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+@pytest.mark.parametrize("case", PHASE_CASES, ids=str)
+def test_strided_input_gradient_by_phase(backend, case):
+    """col2im of a strided dense convolution, its taps summed per output phase and the
+    phases interleaved (``convolution._phases_input_grad``): PyTorch's input gradient
+    in float64, and the same values as the dilated taps (``COL2IM_PHASES`` off)."""
+    from hologram_torch.lowering import convolution
+
+    xs, o, k, s, p, d = case
+    rng = np.random.default_rng(sum(xs) + k)
+    w = rng.standard_normal((o, xs[1], k, k))
+    x = torch.zeros(xs, dtype=torch.float64, requires_grad=True)
+    y = F.conv2d(x, torch.from_numpy(w), stride=s, padding=p, dilation=d)
+    g = rng.standard_normal(tuple(y.shape))
+    y.backward(torch.from_numpy(g))
+
+    def grad(gv, wv):
+        return convolution.conv_input_grad(gv, wv, xs[2:], (s, s), (p, p), (d, d), 1)
+
+    got = {}
+    for on in (True, False):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(convolution, "COL2IM_PHASES", on)
+            got[on] = np.asarray(hg.jit(grad, backend=backend)(g, w))
+    np.testing.assert_allclose(got[True], x.grad.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[True], got[False], rtol=1e-12, atol=1e-12)

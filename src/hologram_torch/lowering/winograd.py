@@ -281,6 +281,8 @@ def weight_grad3x3(grad: Var, x: Var, padding: tuple[int, ...]) -> Var:
     planes = [du.slice((t, 0, 0), (1, o, c)).reshape((o, c)) for t in range(a * a)]
     half = [[_combine([(g[j][q], planes[i * a + j]) for j in range(a)]) for q in range(3)]
             for i in range(a)]
-    taps = [_combine([(g[i][p], half[i][q]) for i in range(a)]) for p in range(3)
-            for q in range(3)]
-    return _stack(taps, 2).reshape((o, c, 3, 3))
+    # stacked a row at a time: one stack of nine made a select chain that NVRTC (CUDA
+    # 13) crashed on inside a thread-strided loop
+    rows_w = [_stack([_combine([(g[i][p], half[i][q]) for i in range(a)]) for q in range(3)],
+                     2) for p in range(3)]  # each [O, C, 3]
+    return _stack(rows_w, 2)  # [O, C, 3, 3]
