@@ -281,7 +281,10 @@ def test_a_batch_with_few_positions_is_one_gemm(kernel, stride, pad):
 PHASE_CASES = [((2, 3, 8, 8), 4, 3, 2, 1, 1), ((2, 3, 9, 7), 4, 3, 2, 1, 1),
                ((1, 2, 8, 8), 3, 1, 2, 0, 1), ((2, 2, 11, 10), 3, 3, 3, 1, 1),
                ((1, 2, 12, 12), 3, 3, 2, 2, 2), ((2, 3, 10, 9), 2, 5, 2, 2, 1),
-               ((2, 2, 13, 6), 2, 4, 3, 1, 1)]
+               ((2, 2, 13, 6), 2, 4, 3, 1, 1),
+               # a tap whose shifted window starts before the phase (q < 0) on a
+               # one-wide output (OpInfo's conv2d samples 8 and 9)
+               ((1, 2, 4, 3), 4, (3, 4), 2, 1, 1)]
 
 
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
@@ -293,8 +296,9 @@ def test_strided_input_gradient_by_phase(backend, case):
     from hologram_torch.lowering import convolution
 
     xs, o, k, s, p, d = case
-    rng = np.random.default_rng(sum(xs) + k)
-    w = rng.standard_normal((o, xs[1], k, k))
+    kk = k if isinstance(k, tuple) else (k, k)
+    rng = np.random.default_rng(sum(xs) + sum(kk))
+    w = rng.standard_normal((o, xs[1], *kk))
     x = torch.zeros(xs, dtype=torch.float64, requires_grad=True)
     y = F.conv2d(x, torch.from_numpy(w), stride=s, padding=p, dilation=d)
     g = rng.standard_normal(tuple(y.shape))
@@ -310,3 +314,34 @@ def test_strided_input_gradient_by_phase(backend, case):
             got[on] = np.asarray(hg.jit(grad, backend=backend)(g, w))
     np.testing.assert_allclose(got[True], x.grad.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(got[True], got[False], rtol=1e-12, atol=1e-12)
+
+
+def test_strided_input_gradient_by_phase_random_shapes():
+    """Random small strided convolutions (kernel, stride, padding and dilation per dim;
+    outputs one wide included) on the reference backend: the phase sum equals
+    PyTorch's input gradient in float64."""
+    from hologram_torch.lowering import convolution
+
+    rng = np.random.default_rng(21)
+    done = 0
+    while done < 40:
+        k = tuple(int(v) for v in rng.integers(1, 5, 2))
+        s = tuple(int(v) for v in rng.integers(1, 4, 2))
+        d = tuple(int(v) for v in rng.integers(1, 3, 2))
+        p = tuple(int(rng.integers(0, ki)) for ki in k)
+        hw = tuple(int(v) for v in rng.integers(1, 10, 2))
+        outs = [(n + 2 * pi - di * (ki - 1) - 1) // si + 1
+                for n, pi, di, ki, si in zip(hw, p, d, k, s, strict=True)]
+        if max(s) == 1 or min(outs) < 1:
+            continue
+        w = rng.standard_normal((3, 2, *k))
+        x = torch.zeros((2, 2, *hw), dtype=torch.float64, requires_grad=True)
+        y = F.conv2d(x, torch.from_numpy(w), stride=s, padding=p, dilation=d)
+        g = rng.standard_normal(tuple(y.shape))
+        y.backward(torch.from_numpy(g))
+        got = hg.jit(lambda gv, wv, hw=hw, s=s, p=p, d=d: convolution.conv_input_grad(
+            gv, wv, hw, s, p, d, 1), backend="reference")(g, w)
+        np.testing.assert_allclose(np.asarray(got), x.grad.numpy(), rtol=1e-12, atol=1e-12,
+                                   err_msg=f"kernel {k} stride {s} padding {p} "
+                                           f"dilation {d} input {hw}")
+        done += 1

@@ -570,9 +570,8 @@ def _phases_input_grad(taps_: list[tuple[tuple[int, ...], Var]], in_sizes: Seque
             if any((r[i] - lo[i]) % stride[i] for i in range(nd)):
                 continue
             q = [(r[i] - lo[i]) // stride[i] for i in range(nd)]  # phase[a] = tap[a + q]
-            if any(q[i] >= outs[i] or q[i] + outs[i] <= 0 or -q[i] >= size[i]
-                   for i in range(nd)):
-                continue  # the tap lands outside this phase
+            if any(max(0, -q[i]) >= min(size[i], outs[i] - q[i]) for i in range(nd)):
+                continue  # no a in [0, size) with a + q in [0, outs): outside this phase
             pads: list[int] = []
             for i in range(nd):
                 pads[:0] = [-q[i], size[i] - outs[i] + q[i]]
