@@ -85,7 +85,7 @@ def _no_grad_call(m: Any, kw: dict[str, Any]) -> Callable[[], Any]:
     return call
 
 
-def _training_calls(bm: Any, model: Any, inputs: Any, batch: int, size: int, mod: Any,
+def _training_calls(bm: Any, name: str, model: Any, batch: int, size: int, mod: Any,
                     attr: str, values: list[Any]) -> tuple[list[Callable[[], Any]],
                                                             list[float]]:
     """A CNN's training step per value (``bench_models.cnn_training_table``'s: forward
@@ -97,21 +97,11 @@ def _training_calls(bm: Any, model: Any, inputs: Any, batch: int, size: int, mod
 
     if size < 1:
         raise SystemExit(f"--train: a positive size, not {size}")
-    x = inputs(batch, size)["x"]
-    y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(0))
+    x, y = bm.cnn_training_data(name, batch, size)
 
     def make(m: Any, backend: Any) -> Callable[[], Any]:
-        m.train()
         f = torch.compile(m, backend=backend) if backend is not None else m
-        opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
-
-        def step() -> Any:
-            opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(f(x), y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step
+        return bm.cnn_training_step(m, f, x, y)
 
     want = make(copy.deepcopy(model), None)().item()
     calls, errs = [], []
@@ -150,8 +140,8 @@ def main() -> None:
     if args.train is not None and args.model not in bm.CNNS:
         raise SystemExit(f"--train: a CNN ({', '.join(bm.CNNS)}), not {args.model!r}")
     if args.train is not None:
-        calls, errs = _training_calls(bm, model, inputs, args.batch, args.train, mod, attr,
-                                      values)
+        calls, errs = _training_calls(bm, args.model, model, args.batch, args.train, mod,
+                                      attr, values)
     else:
         kw = inputs(args.batch)
         copies = [torch.compile(copy.deepcopy(model), backend=backend_with(mod, attr, v))

@@ -357,27 +357,44 @@ def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
                    f"{batch}, seq {SEQ}", make_step)
 
 
+def cnn_training_data(name: str, batch: int, size: int) -> tuple[Any, Any]:
+    """(images, labels) of a CNN training step: random, seeded."""
+    import torch
+
+    x = build_cnn(name)[1](batch, size)["x"]
+    y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(0))
+    return x, y
+
+
+def cnn_training_step(model: Any, fn: Callable[[Any], Any], x: Any, y: Any
+                      ) -> Callable[[], Any]:
+    """One training step of ``model`` run through ``fn`` (``model`` itself, or it
+    compiled): forward in training mode (batch norm's running statistics updated),
+    cross-entropy, backward, SGD with momentum; returns the loss. Shared by this table,
+    ``ab_lowering.py --train`` and ``profile_steps.py --train``."""
+    import torch
+
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def step() -> Any:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(fn(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
 def cnn_training_table(rep: Report, repeat: int, batch: int = 8, size: int = 112) -> None:
     """A ResNet-18 training step: forward (batch norm in training mode, its running
     statistics updated), cross-entropy, backward, SGD with momentum."""
-    import torch
-
-    x = build_cnn("resnet18")[1](batch, size)["x"]
-    y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(0))
+    x, y = cnn_training_data("resnet18", batch, size)
 
     def make_step(backend: str) -> Callable[[], Any]:
         model, _ = build_cnn("resnet18")
         model.train()
-        fn = compiled(model, backend)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-
-        def step() -> Any:
-            opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(fn(x), y)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        return step
+        return cnn_training_step(model, compiled(model, backend), x, y)
 
     _training_rows(rep, repeat, f"resnet18 training step (forward, backward, SGD momentum), "
                    f"batch {batch}, {size}x{size}", make_step)

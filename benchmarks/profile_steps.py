@@ -140,17 +140,10 @@ def _call(model: str, batch: int, train: int | None) -> Any:
         return infer
     if model not in CNNS:
         raise SystemExit(f"--train: a CNN ({', '.join(CNNS)}), not {model!r}")
-    x = make(batch, train)["x"]
-    y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(0))
-    m.train()
-    f = torch.compile(m, backend="hologram")
-    opt = torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+    from bench_models import cnn_training_data, cnn_training_step
 
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(f(x), y).backward()
-        opt.step()
-    return step
+    x, y = cnn_training_data(model, batch, train)
+    return cnn_training_step(m, torch.compile(m, backend="hologram"), x, y)
 
 
 def _in_order_ms(fns: list[Any], repeat: int) -> list[float]:

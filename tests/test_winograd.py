@@ -215,6 +215,19 @@ def test_compiled_block_matches_eager():
     assert err <= 1e-5, err
 
 
+def _setting_run(setting: str, on: bool, fn, specs: list, args: list, backend: str):
+    """(the program's one GEMM, ``fn``'s result on ``backend``) with
+    ``lowering.convolution.<setting>`` set to ``on`` while the program is built."""
+    from hologram_torch.lowering import convolution as conv
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(conv, setting, on)
+        prog = b.program(fn, specs)
+        got = hg.jit(fn, backend=backend)(*args)
+    (gemm,) = [v for v in prog.instructions if v.op is Op.GEMM]
+    return gemm, np.asarray(got)
+
+
 @pytest.mark.parametrize("shape", [(2, 6, 16, 16), (3, 4, 15, 17)])
 def test_input_gradient_runs_winograd(shape):
     """A dense stride-1 3x3 convolution's input gradient (padding 1) is the transposed
@@ -239,16 +252,12 @@ def test_input_gradient_runs_winograd(shape):
     want = x.grad.numpy()
     m = winograd.tile_size((h, w))
     for on in (True, False):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(conv, "INPUT_GRAD_WINOGRAD", on)
-            prog = b.program(grad, specs)
-            got = hg.jit(grad, backend="cpu")(g, wt)
-        (gemm,) = [v for v in prog.instructions if v.op is Op.GEMM]
+        gemm, got = _setting_run("INPUT_GRAD_WINOGRAD", on, grad, specs, [g, wt], "cpu")
         if on:
             assert gemm.shape[0] == (m + 2) ** 2 and gemm.shape[1] == c
         else:
             assert 9 * c in gemm.shape
-        _close(np.asarray(got), want)
+        _close(got, want)
 
 
 @pytest.mark.parametrize("shape", [(2, 6, 16, 16), (3, 4, 15, 17)])
@@ -278,16 +287,13 @@ def test_weight_gradient_runs_winograd(shape, backend):
     want = wt.grad.numpy()
     m = winograd.tile_size((h, w))
     for on in (True, False):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(conv, "WEIGHT_GRAD_WINOGRAD", on)
-            prog = b.program(grad, [("f32", g.shape), ("f32", x.shape)])
-            got = hg.jit(grad, backend=backend)(g, x)
-        (gemm,) = [v for v in prog.instructions if v.op is Op.GEMM]
+        gemm, got = _setting_run("WEIGHT_GRAD_WINOGRAD", on, grad,
+                                 [("f32", g.shape), ("f32", x.shape)], [g, x], backend)
         if on:
             assert gemm.shape == ((m + 2) ** 2, o, c)
         else:
             assert 9 * c in gemm.shape
-        _close(np.asarray(got), want)
+        _close(got, want)
 
 
 def test_compiled_training_step_matches_float64():
