@@ -141,28 +141,14 @@ def _max_pool_with_indices(nd: int) -> Callable[..., tuple[Var, Var]]:
         sizes = xb.shape[2:]
         outs = tuple(out[2:])
         inner = [math.prod(sizes[i + 1:]) for i in range(nd)]  # the index's place values
-        # the chain's type: i32 where every index the chain forms fits (16 lanes beside
-        # the f32 taps), else f64 (integers ride in f64 at the program's edges)
-        reach = math.prod(sizes) + sum(((o - 1) * si + (ki - 1) * di + pi + 1) * n
-                                       for o, si, ki, di, pi, n in zip(outs, s, k, dl, p,
-                                                                       inner, strict=True))
-        it = dtypes.i32 if reach < 2 ** 31 - 1 else dtypes.f64
-
-        def num(v: int) -> int | float:
-            return v if it is dtypes.i32 else float(v)
-
-        start = [Var(b.iota((1, 1, *outs), 2 + i, it)) * num(s[i]) - num(p[i])
+        start = [Var(b.iota((1, 1, *outs), 2 + i, dtypes.f64)) * float(s[i]) - float(p[i])
                  for i in range(nd)]
         # ATen's initial index: the window's first element inside the input
         first: Var | None = None
         for i in range(nd):
-            if dl[i] == 1:
-                lo = start[i].maximum(num(0))
-            else:  # start + ceil(-start / dilation) * dilation, where start < 0
-                s64 = start[i].cast(dtypes.f64)
-                lo = (s64 + Var(b.unary(Op.CEIL, (s64 * -1.0 / float(dl[i])).v)).maximum(
-                    0.0) * float(dl[i])).cast(it)
-            first = lo * num(inner[i]) if first is None else first + lo * num(inner[i])
+            lo = start[i] + Var(b.unary(Op.CEIL, (start[i] * -1.0 / float(dl[i])).v)).maximum(
+                0.0) * float(dl[i])
+            first = lo * float(inner[i]) if first is None else first + lo * float(inner[i])
         best: Var | None = None
         idx = first
         assert idx is not None
@@ -170,7 +156,7 @@ def _max_pool_with_indices(nd: int) -> Callable[..., tuple[Var, Var]]:
                           itertools.product(*(range(ki) for ki in k)), strict=True):
             at: Var | None = None
             for i in range(nd):
-                c = (start[i] + num(pos[i] * dl[i])) * num(inner[i])
+                c = (start[i] + float(pos[i] * dl[i])) * float(inner[i])
                 at = c if at is None else at + c
             assert at is not None
             if best is None:
@@ -186,7 +172,7 @@ def _max_pool_with_indices(nd: int) -> Callable[..., tuple[Var, Var]]:
                 best = t.maximum(best)
             idx = win.where(at, idx)
         assert best is not None
-        return best.reshape(shape), idx.cast(dtypes.f64).reshape(ishape)
+        return best.reshape(shape), idx.reshape(ishape)
     return run
 
 
