@@ -554,7 +554,7 @@ def _phases_input_grad(taps_: list[tuple[tuple[int, ...], Var]], in_sizes: Seque
     vectorizes), and the phases are interleaved at the end, where the dilated taps
     were each read at ``j / s`` with masks (ResNet-18's stride-2 layers: scalar loops,
     ~5 ms of a 100 ms backward at batch 8, docs/perf.md, session 21)."""
-    from .winograd import _stack
+    from .winograd import stack
 
     nd = len(in_sizes)
     b, c = taps_[0][1].shape[:2]
@@ -586,7 +586,7 @@ def _phases_input_grad(taps_: list[tuple[tuple[int, ...], Var]], in_sizes: Seque
         if len(parts) == 1:
             return parts[0]
         ax = 2 + level
-        y = _stack(parts, ax + 1)  # [..., size, stride, ...]
+        y = stack(parts, ax + 1)  # [..., size, stride, ...]
         shp = y.shape
         return y.reshape((*shp[:ax], shp[ax] * shp[ax + 1], *shp[ax + 2:]))
 

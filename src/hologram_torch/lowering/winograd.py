@@ -145,7 +145,7 @@ def _sum(terms: list[Var]) -> Var:
     return out
 
 
-def _stack(parts: list[Var], axis: int) -> Var:
+def stack(parts: list[Var], axis: int) -> Var:
     """``parts`` (same shape) stacked along a new ``axis``: one CONCAT of unit-dim
     reshapes, which the scheduler stores (one loop nest per part)."""
     shp = parts[0].shape
@@ -174,7 +174,7 @@ def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]
         terms = [(taps_w[p][q], _along([g[i][p] * g[j][q] for j in range(a)], 1, 3, weight))
                  for p in range(3) for q in range(3)]
         u_parts.append(_sum([t * vec for t, vec in terms if vec is not None]))
-    u = _stack(u_parts, 1).reshape((o, a * a, c)).permute((1, 0, 2))  # [t, O, C]: a view
+    u = stack(u_parts, 1).reshape((o, a * a, c)).permute((1, 0, 2))  # [t, O, C]: a view
 
     # 2. the input
     v = _input_tiles(x, padding, outs)
@@ -190,7 +190,7 @@ def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]
         terms = [(planes[p * a + q], _along([at[i][p] * at[j][q] for j in range(m)], 1, 3, x))
                  for p in range(a) for q in range(a)]
         y_parts.append(_sum([t * vec for t, vec in terms if vec is not None]))
-    y = _stack(y_parts, 1)  # [O, m, m, N]
+    y = stack(y_parts, 1)  # [O, m, m, N]
     y = y.reshape((o, m, m, b, th, tw)).permute((3, 0, 4, 1, 5, 2))
     y = y.reshape((b, o, th * m, tw * m))
     if (th * m, tw * m) != tuple(outs):
@@ -223,14 +223,14 @@ def _input_tiles(x: Var, padding: tuple[int, ...], outs: tuple[int, ...]) -> Var
     xt = x.permute((1, 0, 2, 3)).reshape((c, b * h, w))
     wins = window_taps(xt, (a,), (m,), (padding[1],), (1,), (tw,))  # each [C, B*H, tw]
     vpad = [0, 0, padding[0], hp - h - padding[0]]
-    s = _stack([pad_with(_combine([(bt[j][q], wins[q]) for q in range(a)]).reshape(
+    s = stack([pad_with(_combine([(bt[j][q], wins[q]) for q in range(a)]).reshape(
         (c, b, h, tw)), vpad, zero) for j in range(a)], 1)  # [C, a, B, hp, tw]
     s = s.reshape((c * a, b, hp, tw))
     rows = window_taps(s, (a, 1), (m, 1), (0, 0), (1, 1), (th, tw))
     rows = [t.reshape((c, a, b * th, tw)) for t in rows]  # each [C, a, B*th, tw]
 
     # one part per i, each over every j (the rows carry the j axis along)
-    v = _stack([_combine([(bt[i][p], rows[p]) for p in range(a)]) for i in range(a)], 1)
+    v = stack([_combine([(bt[i][p], rows[p]) for p in range(a)]) for i in range(a)], 1)
     return v.reshape((c, a * a, n)).permute((1, 0, 2))  # [C, a, a, ...] as [t, C, N]: a view
 
 
@@ -266,11 +266,11 @@ def weight_grad3x3(grad: Var, x: Var, padding: tuple[int, ...]) -> Var:
         d = pad_with(d, [0, wp - outs[1], 0, hp - outs[0]], const(0, grad.dtype, ()))
     wins = window_taps(d.permute((1, 0, 2, 3)).reshape((o, b * hp, wp)), (m,), (m,), (0,),
                        (1,), (tw,))  # each [O, B*hp, tw]
-    r = _stack([_combine([(at[j][q], wins[j]) for j in range(m)]).reshape((o, b, hp, tw))
+    r = stack([_combine([(at[j][q], wins[j]) for j in range(m)]).reshape((o, b, hp, tw))
                 for q in range(a)], 1).reshape((o * a, b, hp, tw))  # [O, a(q), B, hp, tw]
     rows = [t.reshape((o, a, b * th, tw))
             for t in window_taps(r, (m, 1), (m, 1), (0, 0), (1, 1), (th, tw))]
-    dm = _stack([_combine([(at[i][p], rows[i]) for i in range(m)]) for p in range(a)], 1)
+    dm = stack([_combine([(at[i][p], rows[i]) for i in range(m)]) for p in range(a)], 1)
     dm = dm.reshape((o, a * a, n)).permute((1, 0, 2))  # [O, a, a, N] as [t, O, N]: a view
 
     # one GEMM batched over the tile positions, the tiles its inner dimension
@@ -283,6 +283,6 @@ def weight_grad3x3(grad: Var, x: Var, padding: tuple[int, ...]) -> Var:
             for i in range(a)]
     # stacked a row at a time: one stack of nine made a select chain that NVRTC (CUDA
     # 13) crashed on inside a thread-strided loop
-    rows_w = [_stack([_combine([(g[i][p], half[i][q]) for i in range(a)]) for q in range(3)],
+    rows_w = [stack([_combine([(g[i][p], half[i][q]) for i in range(a)]) for q in range(3)],
                      2) for p in range(3)]  # each [O, C, 3]
-    return _stack(rows_w, 2)  # [O, C, 3, 3]
+    return stack(rows_w, 2)  # [O, C, 3, 3]
