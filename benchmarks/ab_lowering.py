@@ -137,9 +137,9 @@ def main() -> None:
     if len(values) < 2:
         raise SystemExit("--values: give at least two")
     model, inputs = bm.build(args.model)  # CNN names included
-    if args.train is not None and args.model not in bm.CNNS:
-        raise SystemExit(f"--train: a CNN ({', '.join(bm.CNNS)}), not {args.model!r}")
     if args.train is not None:
+        if args.model not in bm.CNNS:
+            raise SystemExit(f"--train: a CNN ({', '.join(bm.CNNS)}), not {args.model!r}")
         calls, errs = _training_calls(bm, args.model, model, args.batch, args.train, mod,
                                       attr, values)
     else:

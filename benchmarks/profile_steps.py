@@ -127,7 +127,7 @@ def _median_ms(call: Any, repeat: int) -> float:
 def _call(model: str, batch: int, train: int | None) -> Any:
     """The call to profile: a compiled inference, or a compiled CNN's training step."""
     import torch
-    from bench_models import CNNS, build, build_cnn
+    from bench_models import CNNS, build, build_cnn, cnn_training_data, cnn_training_step
 
     m, make = build_cnn(model) if model in CNNS else build(model)
     if train is None:
@@ -140,8 +140,6 @@ def _call(model: str, batch: int, train: int | None) -> Any:
         return infer
     if model not in CNNS:
         raise SystemExit(f"--train: a CNN ({', '.join(CNNS)}), not {model!r}")
-    from bench_models import cnn_training_data, cnn_training_step
-
     x, y = cnn_training_data(model, batch, train)
     return cnn_training_step(m, torch.compile(m, backend="hologram"), x, y)
 

@@ -158,11 +158,11 @@ def _not_c(bd: Bindings, _: Value) -> Value:
     return b.unary(Op.NOT, bd["c"])
 
 
-def _or_cq(bd: Bindings, node: Value) -> Value:
+def _or_cq(bd: Bindings, _: Value) -> Value:
     return b.elementwise(Op.OR, bd["c"], bd["q"])
 
 
-def _and_cp(bd: Bindings, node: Value) -> Value:
+def _and_cp(bd: Bindings, _: Value) -> Value:
     return b.elementwise(Op.AND, bd["c"], bd["p"])
 
 

@@ -438,8 +438,7 @@ def conv_input_grad(g: Var, weight: Var, in_sizes: Sequence[int], stride: Sequen
     # a full correlation, less the forward's padding (negative: cropped); taps extends
     # the dilated gradient with zeros on the right as far as in_sizes needs
     pads = [f - p for f, p in zip(full, padding, strict=True)]
-    dense_winograd = (og > 1 and INPUT_GRAD_WINOGRAD and all(s == 1 for s in stride)
-                      and pads == list(padding)
+    dense_winograd = (og > 1 and INPUT_GRAD_WINOGRAD and pads == list(padding)
                       and winograd.applies(g, weight, tuple(stride), tuple(dilation), groups,
                                            tuple(in_sizes)))
     if og > 1 and not dense_winograd:

@@ -94,6 +94,12 @@ def tile_size(outs: tuple[int, ...]) -> int:
     return 4 if all(o % 4 == 0 for o in outs) else 2
 
 
+def _tiling(outs: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """(m, a = m + 2, tile rows, tile columns) of an output of ``outs`` positions."""
+    m = tile_size(outs)
+    return m, m + 2, -(-outs[0] // m), -(-outs[1] // m)
+
+
 def applies(x: Var, weight: Var | tuple[int, ...], stride: tuple[int, ...],
             dilation: tuple[int, ...], groups: int, outs: tuple[int, ...]) -> bool:
     """Whether ``conv_nd`` takes this path: a dense 2-D 3x3 stride-1 convolution at
@@ -155,14 +161,10 @@ def stack(parts: list[Var], axis: int) -> Var:
 def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]) -> Var:
     """``F.conv2d(x, weight, None, 1, padding)`` for ``x [B, C, H, W]``, ``weight [O, C,
     3, 3]``: ``[B, O, *outs]``, by F(m x m, 3 x 3) (see the module's docstring)."""
-
-    c = x.shape[1]
+    b, c = x.shape[:2]
     o = weight.shape[0]
-    m = tile_size(outs)
-    a = m + 2
-    b = x.shape[0]
+    m, a, th, tw = _tiling(outs)
     _, g, at = TRANSFORMS[m]
-    th, tw = -(-outs[0] // m), -(-outs[1] // m)
     n = b * th * tw
 
     # 1. the weight: U[o, i, j, c] = sum_pq G[i, p] G[j, q] w[o, c, p, q], one part per i
@@ -206,15 +208,13 @@ def _input_tiles(x: Var, padding: tuple[int, ...], outs: tuple[int, ...]) -> Var
     from .movement import pad_with
 
     b, c, h, w = x.shape
-    m = tile_size(outs)
-    a = m + 2
+    m, a, th, tw = _tiling(outs)
     bt = TRANSFORMS[m][0]
-    th, tw = -(-outs[0] // m), -(-outs[1] // m)
     n = b * th * tw
     zero = const(0, x.dtype, ())
-    # columns then rows (the strided reads fall in the smaller pass; the
-    #    rows pass then reads whole tile rows contiguously). Views of [C, B, H, W]: the
-    #    batch is folded into the GEMM's columns
+    # columns then rows (the strided reads fall in the smaller pass; the rows pass then
+    # reads whole tile rows contiguously). Views of [C, B, H, W]: the batch is folded
+    # into the GEMM's columns
     # Each column transform is zero-padded along the rows to hp rows, inside its part of
     # the stored CONCAT (plain stores of zeros around the transform), so every row
     # window below is a view with no padding of its own (a padded window read by many
@@ -246,10 +246,8 @@ def weight_grad3x3(grad: Var, x: Var, padding: tuple[int, ...]) -> Var:
     b, o = grad.shape[:2]
     outs = tuple(grad.shape[2:])
     c = x.shape[1]
-    m = tile_size(outs)
-    a = m + 2
+    m, a, th, tw = _tiling(outs)
     _, g, at = TRANSFORMS[m]
-    th, tw = -(-outs[0] // m), -(-outs[1] // m)
     n = b * th * tw
 
     # the output transform's adjoint, dM[p, q] = sum_i AT[i, p] sum_j AT[j, q] dY[i, j],
