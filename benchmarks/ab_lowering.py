@@ -14,6 +14,10 @@ entry per backend, so each copy keeps its own programs), and the copies' calls a
 interleaved (the order alternates per round, with a short settle before each call).
 Only settings read while compiling count (lowering, canonical rules, the scheduler,
 the renderers); a setting read at run time would be the same for both copies.
+``--driver-layouts MASKS`` A/Bs a run-time choice instead: which operand layouts the
+GEMM driver sends to the second BLAS library (``compiler/blas.py``'s
+``hg_gemm_second``; a bit mask ``1 << (2 ta + tb)`` per value, 0: every product on
+the first library), switched before each call of one compiled copy.
 ``--train SIZE`` times a CNN's training step instead (forward, cross-entropy, backward,
 SGD with momentum, as ``bench_models.py --cnn`` does), each value on its own copy of
 the model and optimizer.
@@ -117,12 +121,86 @@ def _training_calls(bm: Any, name: str, model: Any, batch: int, size: int, mod: 
     return calls, errs
 
 
+class _DriverLayouts:
+    """The GEMM driver's layout mask as an attribute: setting it rebinds the second
+    library (the one ``blas.provider()`` did not choose) for those layouts."""
+
+    def __init__(self) -> None:
+        import hologram
+        from hologram.compiler import blas
+
+        main_blas, _ = blas.provider()
+        if main_blas is None:
+            raise SystemExit("--driver-layouts: no BLAS, GEMMs run np.matmul here")
+        other = blas.PROVIDERS["openblas" if main_blas.name == "mkl" else "mkl"]()[0]
+        if other is None:
+            raise SystemExit("--driver-layouts: only one BLAS library is usable here")
+        self._lib = blas._runtime_lib(hologram.default_executor("cpu").backend.cc)
+        self._other = other
+        self._mask = blas.second_provider()[1]
+
+    @property
+    def mask(self) -> int:
+        return self._mask
+
+    @mask.setter
+    def mask(self, value: int) -> None:
+        o = self._other
+        self._lib.hg_gemm_second(o.sgemm, o.dgemm, o.set_threads or None, int(o.ilp64),
+                                 value)
+        self._mask = value
+
+
+def _runtime_calls(bm: Any, args: Any, model: Any, inputs: Any, mod: Any,
+                   values: list[Any]) -> tuple[list[Callable[[], Any]], list[float]]:
+    """One compiled copy (inference, or a CNN's training step with ``--train``), called
+    with ``mod.mask`` set to each value first; errors against eager per value (training:
+    the first step's loss, under the first value only)."""
+    import torch
+
+    if args.train is not None:
+        x, y = bm.cnn_training_data(args.model, args.batch, args.train)
+        want_step = bm.cnn_training_step(copy.deepcopy(model), copy.deepcopy(model), x, y)
+        want = want_step().item()
+        m = copy.deepcopy(model)
+        inner = bm.cnn_training_step(m, torch.compile(m, backend="hologram"), x, y)
+
+        def result() -> float:
+            return abs(inner().item() - want) / abs(want)
+    else:
+        kw = inputs(args.batch)
+        compiled = torch.compile(copy.deepcopy(model), backend="hologram")
+        inner = _no_grad_call(compiled, kw)
+        with torch.no_grad():
+            want_out = bm.main_output(model(**kw))
+
+        def result() -> float:
+            return bm.rel_err(bm.main_output(inner()), want_out)
+
+    def with_mask(v: Any) -> Callable[[], Any]:
+        def call() -> Any:
+            mod.mask = v
+            return inner()
+        return call
+
+    errs = []
+    for v in values:
+        mod.mask = v
+        errs.append(result())
+        if args.train is not None:  # later steps start from updated weights: not compared
+            errs.extend([float("nan")] * (len(values) - 1))
+            break
+    return [with_mask(v) for v in values], errs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="convnext_atto")
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--setting", required=True, metavar="MODULE:NAME")
-    p.add_argument("--values", required=True, help="comma-separated Python literals")
+    p.add_argument("--setting", metavar="MODULE:NAME")
+    p.add_argument("--values", help="comma-separated Python literals")
+    p.add_argument("--driver-layouts", metavar="MASKS",
+                   help="comma-separated layout masks for the second BLAS (run time)")
     p.add_argument("--samples", type=int, default=30)
     p.add_argument("--train", type=int, metavar="SIZE",
                    help="time a CNN's training step at SIZE x SIZE instead of inference")
@@ -132,12 +210,21 @@ def main() -> None:
     import bench_models as bm
     import torch
 
-    mod, attr = _target(args.setting)
-    values = [_value(v) for v in args.values.split(",")]
+    if args.driver_layouts:
+        mod, attr, values = _DriverLayouts(), "mask", [
+            int(v, 0) for v in args.driver_layouts.split(",")]
+        args.setting = "GEMM driver layout mask (run time)"
+    elif args.setting and args.values:
+        mod, attr = _target(args.setting)
+        values = [_value(v) for v in args.values.split(",")]
+    else:
+        raise SystemExit("give --setting and --values, or --driver-layouts")
     if len(values) < 2:
         raise SystemExit("--values: give at least two")
     model, inputs = bm.build(args.model)  # CNN names included
-    if args.train is not None:
+    if args.driver_layouts:
+        calls, errs = _runtime_calls(bm, args, model, inputs, mod, values)
+    elif args.train is not None:
         if args.model not in bm.CNNS:
             raise SystemExit(f"--train: a CNN ({', '.join(bm.CNNS)}), not {args.model!r}")
         calls, errs = _training_calls(bm, args.model, model, args.batch, args.train, mod,

@@ -69,26 +69,90 @@ needs_both = pytest.mark.skipif(not (HAVE_MKL and HAVE_OPENBLAS),
 
 
 @needs_both
-@pytest.mark.parametrize(("ratio", "want"), [(2.0, "openblas"), (1.05, "mkl"), (0.5, "mkl")])
-def test_a_remembered_measurement_decides_without_timing_again(tmp_path, ratio, want):
-    """The record in the kernel cache decides (OpenBLAS only from MARGIN up), so every
-    process on a machine makes the same choice; nothing is timed while it is there."""
-    code = ("from hologram.compiler import blas, blas_choice\n"
+@pytest.mark.parametrize(("ratio", "layouts", "want", "moved"), [
+    (2.0, {"NN": 1.0, "TN": 1.0, "TT": 1.0}, "openblas", []),
+    (1.05, {"NN": 1.2, "TN": 1.04, "TT": 0.5}, "mkl", ["NN"]),
+    (0.5, {"NN": 0.9, "TN": 1.3, "TT": 1.06}, "mkl", ["TN", "TT"]),
+    (1.5, {"NN": 0.9, "TN": 0.94, "TT": 1.0}, "openblas", ["NN", "TN"])])
+def test_a_remembered_measurement_decides_without_timing_again(tmp_path, ratio, layouts,
+                                                               want, moved):
+    """The record in the kernel cache decides (OpenBLAS only from MARGIN up on x @ W.T;
+    the other library for a layout where it is LAYOUT_MARGIN faster), so every process on
+    a machine makes the same choice; nothing is timed while it is there. Every layout's
+    product is right whichever library runs it."""
+    code = ("import numpy as np, hologram\n"
+            "from hologram.compiler import blas, blas_choice\n"
             "mkl, ob = blas.mkl_blas()[0], blas.numpy_blas()[0]\n"
-            f"blas_choice._write(blas_choice._record_path(mkl, ob), {ratio})\n"
+            f"blas_choice._write(blas_choice._record_path(mkl, ob), {ratio}, {layouts})\n"
             "def refuse(*a):\n"
             "    raise AssertionError('timed again')\n"
             "blas_choice.measure = refuse\n"
+            "rng = np.random.default_rng(0)\n"
+            "a, b = (rng.standard_normal((96, 80)).astype(np.float32) for _ in range(2))\n"
+            "for f in (lambda x, y: x @ y.T, lambda x, y: x @ y[:80].T.copy(),\n"
+            "          lambda x, y: x.T @ y, lambda x, y: x.T @ y.T.copy().T):\n"
+            "    got = hologram.jit(f)(a, b)\n"
+            "    want = f(a.astype(np.float64), b.astype(np.float64))\n"
+            "    assert np.abs(got - want).max() < 1e-4, f\n"
             "print(blas.provider()[0].name)\n"
+            "print(blas.second_provider()[1])\n"
             "print(blas.describe())\n")
     env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
     env["HOLOGRAM_CACHE_DIR"] = str(tmp_path / "cache")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    name, describe = r.stdout.strip().split("\n")[-2:]
+    name, mask, describe = r.stdout.strip().split("\n")[-3:]
     assert name == want
+    assert int(mask) == sum(1 << blas.LAYOUT_INDEX[lay] for lay in moved)
     assert f"OpenBLAS at {ratio:.2f}x MKL's speed" in describe and "remembered" in describe
+    other = "OpenBLAS" if want == "mkl" else "MKL"
+    assert (f"{', '.join(moved)} products on {other}" in describe) == bool(moved)
+
+
+@pytest.mark.skipif(not (HAVE_MKL or HAVE_OPENBLAS), reason="no BLAS library")
+def test_the_driver_sends_each_layout_to_its_library():
+    """``hg_gemm_second`` routes exactly the layouts in its mask (bit ``2 ta + tb``): a
+    second "library" that fills C with a marker shows which products it ran."""
+    import ctypes
+
+    import numpy as np
+
+    import hologram
+
+    cc = hologram.default_executor("cpu").backend.cc
+    fake = cc.compile("#include <stdint.h>\n"
+                      "void marker(int o, int ta, int tb, int64_t m, int64_t n, int64_t k,\n"
+                      "            float al, const float *a, int64_t lda, const float *b,\n"
+                      "            int64_t ldb, float be, float *c, int64_t ldc) {\n"
+                      "  for (int64_t i = 0; i < m; i++)\n"
+                      "    for (int64_t j = 0; j < n; j++) c[i * ldc + j] = 7.0f;\n"
+                      "}\n", {"test": "gemm-layout-marker"})
+    found, _ = blas.provider()
+    lib = blas.bind_runtime(cc.compile(blas.runtime_source(), {"runtime": "gemm-test-layout"}),
+                            found)
+    lib.hg_gemm.argtypes = [ctypes.c_void_p] * 7
+    marker = ctypes.cast(fake.marker, ctypes.c_void_p).value
+    rng = np.random.default_rng(1)
+    m, k, n = 40, 24, 56
+    for mask in range(16):
+        lib.hg_gemm_second(marker, marker, None, 1, mask)
+        for ta in (0, 1):
+            for tb in (0, 1):
+                a = rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32)
+                b = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
+                c = np.full((m, n), np.nan, np.float32)
+                d = blas.DescStruct()
+                d.nb, d.m, d.n, d.k = 1, m, n, k
+                d.lda, d.ldb, d.ldc = m if ta else k, k if tb else n, n
+                d.ta, d.tb, d.f64, d.nbd = ta, tb, 0, 0
+                lib.hg_gemm(ctypes.byref(d), a.ctypes.data, b.ctypes.data, c.ctypes.data,
+                            None, None, None)
+                if mask >> (2 * ta + tb) & 1:
+                    assert (c == 7).all(), (mask, ta, tb)
+                else:
+                    want = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b)
+                    assert np.abs(c - want).max() < 1e-4, (mask, ta, tb)
 
 
 @needs_both
@@ -99,7 +163,9 @@ def test_a_damaged_record_is_measured_again_and_replaced(tmp_path, monkeypatch):
     mkl, ob = blas.mkl_blas()[0], blas.numpy_blas()[0]
     path = blas_choice._record_path(mkl, ob)
     assert path is not None
-    for damaged in ("{not json", '{"openblas_over_mkl": "nan"}', '{"other": 1}'):
+    for damaged in ("{not json", '{"openblas_over_mkl": "nan"}', '{"other": 1}',
+                    '{"openblas_over_mkl": 1.0}',  # a record from before layouts
+                    '{"openblas_over_mkl": 1.0, "layouts": {"NN": 1.0}}'):
         with open(path, "w") as f:
             f.write(damaged)
         first = blas_choice.choose(mkl, ob)
@@ -107,6 +173,7 @@ def test_a_damaged_record_is_measured_again_and_replaced(tmp_path, monkeypatch):
         again = blas_choice.choose(mkl, ob)
         assert again.cached and again.ratio == first.ratio and again.name == first.name
         assert again.name == ("openblas" if first.ratio >= blas_choice.MARGIN else "mkl")
+        assert again.layouts == first.layouts and len(first.layouts) == 3
 
 
 @needs_both

@@ -231,7 +231,7 @@ class CPUBackend(Backend):
         # The BLAS driver is built (once per process) only when a program has a GEMM.
         has_gemm = any(v.op is Op.GEMM for v in canon.instructions)
         gemm_rt = blas.runtime(self.cc) if has_gemm else None
-        int64 = gemm_rt is not None and blas.provider()[0].ilp64  # type: ignore[union-attr]
+        int64 = gemm_rt is not None and blas.int64_sizes()
         gemms: dict[int, GemmDesc] = {}
         fused: set[int] = set()  # kernel steps that run inside the GEMM before them
 

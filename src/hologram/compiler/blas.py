@@ -163,6 +163,11 @@ static void *hg_sgemm, *hg_dgemm;
 static void *hg_pack_size[2], *hg_pack[2], *hg_compute[2];  /* [f64]; NULL: no packing */
 static set_threads_t hg_set_threads;  /* returns the previous count; NULL: nothing to set */
 static int hg_ilp64;
+/* The library each operand layout calls ([2 ta + tb]): the first bound (hg_gemm_init)
+   or a second one (hg_gemm_second) where blas_choice measured it faster for that layout.
+   Packed products always call the first (its pack API made the copy). */
+static void *hg_sgemm_of[4], *hg_dgemm_of[4];
+static int hg_ilp64_of[4];
 static pthread_mutex_t hg_mu = PTHREAD_MUTEX_INITIALIZER;
 static int hg_users, hg_saved;
 
@@ -177,6 +182,7 @@ static void hg_after_fork_in_child(void) {
 void hg_gemm_init(void *s, void *d, void *set_threads, int ilp64, void *const *pack) {
   static int registered;
   hg_sgemm = s; hg_dgemm = d; hg_set_threads = (set_threads_t)set_threads; hg_ilp64 = ilp64;
+  for (int i = 0; i < 4; i++) { hg_sgemm_of[i] = s; hg_dgemm_of[i] = d; hg_ilp64_of[i] = ilp64; }
   for (int i = 0; i < 2; i++) {  /* pack: s size, s pack, s compute, then the same for d */
     hg_pack_size[i] = pack ? pack[3 * i] : 0;
     hg_pack[i] = pack ? pack[3 * i + 1] : 0;
@@ -184,6 +190,19 @@ void hg_gemm_init(void *s, void *d, void *set_threads, int ilp64, void *const *p
   }
   if (!registered) pthread_atfork(0, 0, hg_after_fork_in_child);
   registered = 1;
+}
+
+/* A second library for the operand layouts whose bit (1 << (2 ta + tb)) is set in
+   `layouts`; call after hg_gemm_init, before any product runs. Its thread-count setter,
+   if the first library has none, is the one hg_enter uses (only OpenBLAS has one). */
+void hg_gemm_second(void *s, void *d, void *set_threads, int ilp64, int layouts) {
+  for (int i = 0; i < 4; i++) {
+    const int second = (layouts >> i) & 1;
+    hg_sgemm_of[i] = second ? s : hg_sgemm;
+    hg_dgemm_of[i] = second ? d : hg_dgemm;
+    hg_ilp64_of[i] = second ? ilp64 : hg_ilp64;
+  }
+  if (!hg_set_threads && set_threads && !hg_users) hg_set_threads = (set_threads_t)set_threads;
 }
 
 /* One BLAS thread while any hologram GEMM runs; the user's count comes back after. */
@@ -207,16 +226,18 @@ void hg_blas_leave(void) { hg_leave(); }
 static void hg_call_block(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
                           const char *b, char *c) {
   int ta = d->ta ? 112 : 111, tb = d->tb ? 112 : 111;
+  const int layout = 2 * (d->ta != 0) + (d->tb != 0);
+  void *const dgemm = hg_dgemm_of[layout], *const sgemm = hg_sgemm_of[layout];
   if (d->f64) {
-    if (hg_ilp64) ((dgemm64_t)hg_dgemm)(101, ta, tb, m, n, d->k, 1.0, (const double *)a,
-        d->lda, (const double *)b, d->ldb, 0.0, (double *)c, d->ldc);
-    else ((dgemm32_t)hg_dgemm)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)d->k, 1.0,
+    if (hg_ilp64_of[layout]) ((dgemm64_t)dgemm)(101, ta, tb, m, n, d->k, 1.0,
+        (const double *)a, d->lda, (const double *)b, d->ldb, 0.0, (double *)c, d->ldc);
+    else ((dgemm32_t)dgemm)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)d->k, 1.0,
         (const double *)a, (int32_t)d->lda, (const double *)b, (int32_t)d->ldb, 0.0,
         (double *)c, (int32_t)d->ldc);
   } else {
-    if (hg_ilp64) ((sgemm64_t)hg_sgemm)(101, ta, tb, m, n, d->k, 1.0f, (const float *)a,
-        d->lda, (const float *)b, d->ldb, 0.0f, (float *)c, d->ldc);
-    else ((sgemm32_t)hg_sgemm)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)d->k, 1.0f,
+    if (hg_ilp64_of[layout]) ((sgemm64_t)sgemm)(101, ta, tb, m, n, d->k, 1.0f,
+        (const float *)a, d->lda, (const float *)b, d->ldb, 0.0f, (float *)c, d->ldc);
+    else ((sgemm32_t)sgemm)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)d->k, 1.0f,
         (const float *)a, (int32_t)d->lda, (const float *)b, (int32_t)d->ldb, 0.0f,
         (float *)c, (int32_t)d->ldc);
   }
@@ -799,6 +820,46 @@ DEFAULT_ORDER = ("mkl", "openblas")
 
 
 @functools.cache
+def _measured_choice() -> Any:
+    """``blas_choice.Choice`` when both libraries are usable and neither ``HOLOGRAM_BLAS``
+    nor ``HOLOGRAM_GEMM`` decides; else None."""
+    if (os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy"
+            or os.environ.get("HOLOGRAM_BLAS", "").strip()):
+        return None
+    both = {name: PROVIDERS[name]()[0] for name in DEFAULT_ORDER}
+    if any(found is None for found in both.values()):
+        return None
+    from .blas_choice import choose
+
+    return choose(both["mkl"], both["openblas"])  # type: ignore[arg-type]
+
+
+#: The GEMM driver's layout index (``2 * ta + tb``) of each ``blas_choice`` layout name.
+LAYOUT_INDEX = {"NN": 0, "NT": 1, "TN": 2, "TT": 3}
+
+
+@functools.cache
+def second_provider() -> tuple[Blas | None, int]:
+    """(the library ``provider()`` did not choose, the layouts it runs as the driver's
+    bit mask ``1 << (2 ta + tb)``), where ``blas_choice`` measured it faster for some
+    operand layouts; else (None, 0)."""
+    choice = _measured_choice()
+    if choice is None or not choice.other_layouts():
+        return None, 0
+    other = "openblas" if choice.name == "mkl" else "mkl"
+    mask = sum(1 << LAYOUT_INDEX[lay] for lay in choice.other_layouts())
+    return PROVIDERS[other]()[0], mask
+
+
+def int64_sizes() -> bool:
+    """Whether every library the GEMM driver calls takes 64-bit sizes (ILP64): else a
+    product any of whose sizes exceeds 2^31 - 1 stays np.matmul."""
+    found, _ = provider()
+    second, _ = second_provider()
+    return bool(found is not None and found.ilp64 and (second is None or second.ilp64))
+
+
+@functools.cache
 def provider() -> tuple[Blas | None, str]:
     """(the BLAS hologram's GEMMs and attention call, which one and why), or (None, why
     GEMM stays ``np.matmul``). ``HOLOGRAM_GEMM=numpy`` means np.matmul; ``HOLOGRAM_BLAS``
@@ -810,12 +871,9 @@ def provider() -> tuple[Blas | None, str]:
         raise ValueError(f"HOLOGRAM_BLAS must be one of {', '.join(PROVIDERS)} (or unset), "
                          f"got {asked!r}")
     if not asked:
-        both = {name: PROVIDERS[name]() for name in DEFAULT_ORDER}
-        if all(found is not None for found, _ in both.values()):
-            from .blas_choice import choose
-
-            choice = choose(both["mkl"][0], both["openblas"][0])  # type: ignore[arg-type]
-            found, how = both[choice.name]
+        choice = _measured_choice()
+        if choice is not None:
+            found, how = PROVIDERS[choice.name]()
             return found, f"{how} [{choice.why()}]"
     order = [asked, *(p for p in DEFAULT_ORDER if p != asked)] if asked else DEFAULT_ORDER
     missing: list[str] = []
@@ -881,18 +939,26 @@ def _runtime_lib(cc: Any) -> Any:
         warnings.warn(f"hologram: GEMM runs through np.matmul: the BLAS driver did not "
                       f"build: {str(e).splitlines()[0]}", stacklevel=2)
         return None
-    return bind_runtime(lib, blas)
+    return bind_runtime(lib, blas, *second_provider())
 
 
-def bind_runtime(lib: Any, blas: Blas) -> Any:
+def bind_runtime(lib: Any, blas: Blas, second: Blas | None = None, layouts: int = 0) -> Any:
     """Bind a loaded GEMM driver (``runtime_source``, or a variant of it: the benchmarks'
-    ``ab_gemm_driver.py``) to ``blas`` and declare its pack calls; returns ``lib``."""
+    ``ab_gemm_driver.py``) to ``blas``, and to ``second`` for the operand layouts in the
+    bit mask ``layouts`` (``second_provider``), and declare its pack calls; returns
+    ``lib``."""
     init = lib.hg_gemm_init
     init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                      ctypes.c_void_p]
     init.restype = None
     pack = (ctypes.c_void_p * 6)(*blas.pack) if blas.pack else None
     init(blas.sgemm, blas.dgemm, blas.set_threads or None, int(blas.ilp64), pack)
+    lib.hg_gemm_second.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                   ctypes.c_int, ctypes.c_int]
+    lib.hg_gemm_second.restype = None
+    if second is not None and layouts:
+        lib.hg_gemm_second(second.sgemm, second.dgemm, second.set_threads or None,
+                           int(second.ilp64), layouts)
     for name, args, res in (("hg_gemm_pack_tiles", [ctypes.c_void_p], ctypes.c_int64),
                             ("hg_gemm_pack_size", [ctypes.c_void_p, ctypes.c_int64],
                              ctypes.c_int64),
@@ -975,4 +1041,9 @@ def describe() -> str:
     blas, how = provider()
     if blas is None:
         return f"np.matmul ({how})"
+    second, layouts = second_provider()
+    if second is not None:
+        names = [lay for lay, i in LAYOUT_INDEX.items() if layouts >> i & 1]
+        how += (f"; {', '.join(names)} products on {'MKL' if second.name == 'mkl' else 'OpenBLAS'}"
+                " (measured faster for those operand layouts)")
     return f"hologram's OpenMP tiles over {how}"

@@ -9,14 +9,25 @@ with a wide B fell to 34-47 GFLOP/s where OpenBLAS kept 55-80 (128 x 768 x 8192,
 OpenBLAS. A rule by CPU vendor or instruction set would be a guess from two machines;
 a few milliseconds of measurement is not.
 
-What is timed: what a tile of hologram's GEMM driver asks a BLAS, a single-threaded
-``x @ W.T`` in float32, on ``SHAPES`` (a narrow and a wide B), both libraries
-alternated, the best of ``REPEATS`` each. OpenBLAS must beat MKL by ``MARGIN`` (MKL also
-packs constant weights, which OpenBLAS cannot) to be chosen. The result is written to
+What is timed: products in float32 through hologram's GEMM driver (its tiles on
+hologram's threads, each tile one single-threaded BLAS call), the driver bound to one
+library and then the other, alternated, the median of ``REPEATS`` rounds each. Not one
+thread alone: alone, the libraries ran ResNet-18's convolution products within 3-5% of
+each other; on two threads at once MKL's took 1.08-1.35x OpenBLAS's time (session 22).
+First ``x @ W.T`` (the layout of every linear layer) on ``SHAPES``: OpenBLAS must beat
+MKL there by ``MARGIN`` (MKL also packs constant weights, which OpenBLAS cannot) to be
+the library hologram's GEMMs run on. Then the other operand layouts (``LAYOUTS``: B read
+plainly, A transposed or both) on ``LAYOUT_SHAPES``: a layout for which the other library
+is faster by ``LAYOUT_MARGIN`` runs on that one. Why per layout: on the Zen 4 of sessions
+18-22 MKL won ``x @ W.T`` and lost the products whose B is read plainly, a convolution's
+``W @ columns`` above all; whole models in-process, NN and TN products on OpenBLAS over
+all on MKL: ResNet-18 0.91x the time at batch 1, 0.89x at batch 8, MobileNetV3-small
+0.93x, ConvNeXt-atto 0.97x, the ResNet-18 training step 0.95x, transformers unchanged
+(docs/perf.md, session 22). The result is written to
 the kernel cache directory, keyed by the CPU and both libraries' versions, so every
 later process (and every test subprocess sharing the cache) reads it instead of timing
 again, and the choice, hence the rounding of every product, does not move between runs
-on one machine. ``HOLOGRAM_BLAS`` overrides it.
+on one machine. ``HOLOGRAM_BLAS`` overrides it (one library for every layout).
 """
 
 from __future__ import annotations
@@ -29,7 +40,7 @@ import platform
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,31 +49,53 @@ from ..cache import CacheError, cache_key
 if TYPE_CHECKING:
     from .blas import Blas
 
-#: (M, K, N) of the timed ``x @ W.T`` products: a narrow B (a tile of a 768-wide
-#: projection) and a larger one (a row tile of a 1024 x 768 x 3072 MLP product), where the
-#: libraries were measured to part ways.
-SHAPES = ((128, 768, 384), (512, 768, 1536))
-#: Alternated timings per library and shape; the best counts (noise only adds time).
-REPEATS = 3
+#: (M, K, N) of the timed ``x @ W.T`` products: a 768-wide projection at 128 rows and a
+#: larger product, where the libraries were measured to part ways.
+SHAPES = ((128, 768, 768), (512, 768, 1536))
+#: The operand layouts other than ``x @ W.T`` ("NT"), by (A transposed, B transposed):
+#: the GEMM driver's layout index is ``2 * ta + tb``.
+LAYOUTS = {"NN": (False, False), "TN": (True, False), "TT": (True, True)}
+#: (M, K, N) of the products timed per layout: two of ResNet-18's convolutions at batch 1
+#: (the first stage's and the third's), where the libraries part ways; a linear layer's
+#: products in these layouts ran within 6% on either (session 22).
+LAYOUT_SHAPES = ((64, 576, 3136), (256, 2304, 196))
+#: The library not chosen by ``SHAPES`` runs a layout when it is this much faster there.
+LAYOUT_MARGIN = 1.05
+#: Alternated rounds per library and shape, each a warm-up call and a timed one; the
+#: median counts (the best of three chose differently from run to run, session 22).
+REPEATS = 7
 #: OpenBLAS is chosen only when its geometric-mean speed is this much above MKL's.
 MARGIN = 1.10
 #: Bump when what is measured changes, so old records are not trusted.
-VERSION = "1"
+VERSION = "2"
 
 
 @dataclass(frozen=True)
 class Choice:
     """The library the measurement chose, the speed ratio (OpenBLAS over MKL, geometric
-    mean over SHAPES) and whether it was read from the cache rather than measured now."""
+    mean over SHAPES), the same ratio per other layout (``LAYOUTS``, over
+    ``LAYOUT_SHAPES``) and whether it was read from the cache rather than measured now."""
 
     name: str
     ratio: float
     cached: bool
+    layouts: tuple[tuple[str, float], ...] = ()
+
+    def other_layouts(self) -> tuple[str, ...]:
+        """The layouts that run on the library other than ``name``."""
+        if self.name == "mkl":
+            return tuple(lay for lay, r in self.layouts if r >= LAYOUT_MARGIN)
+        return tuple(lay for lay, r in self.layouts if r <= 1 / LAYOUT_MARGIN)
 
     def why(self) -> str:
         where = "remembered from" if self.cached else "measured now, kept in"
+        other = self.other_layouts()
+        per = "; ".join(f"{lay} {r:.2f}x" for lay, r in self.layouts)
+        moved = (f", {' and '.join(other)} products on "
+                 f"{'OpenBLAS' if self.name == 'mkl' else 'MKL'}" if other else "")
         return (f"measured on this CPU: OpenBLAS at {self.ratio:.2f}x MKL's speed "
-                f"(single-thread tiles), {where} the kernel cache; HOLOGRAM_BLAS overrides")
+                f"(x @ W.T through the GEMM driver; other layouts: {per or 'not measured'})"
+                f"{moved}, {where} the kernel cache; HOLOGRAM_BLAS overrides")
 
 
 def _cpu_name() -> str:
@@ -74,32 +107,65 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def measure(mkl: Blas, openblas: Blas) -> float:
-    """OpenBLAS's speed over MKL's (geometric mean over SHAPES), each single-threaded."""
-    from .blas import cblas_gemm
+def _driver() -> Any:
+    """hologram's GEMM driver compiled apart from the one GEMMs run on (its own cache
+    key, so its own library and binding), for timing; None without a C compiler."""
+    from .blas import runtime_source
+    from .cc import CCompiler, CompileError
 
-    fns = {name: cblas_gemm(b.sgemm, ctypes.c_float, b.ilp64)
-           for name, b in (("mkl", mkl), ("openblas", openblas))}
-    set_threads = (ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(openblas.set_threads)
-                   if openblas.set_threads else None)
+    cc = CCompiler.find()
+    if cc is None:
+        return None
+    try:
+        lib = cc.compile(runtime_source(), {"runtime": "gemm-choice"})
+    except CompileError:
+        return None
+    lib.hg_gemm.argtypes = [ctypes.c_void_p] * 7
+    lib.hg_gemm.restype = None
+    return lib
+
+
+def _ratio(lib: Any, libs: dict[str, Blas], shapes: tuple[tuple[int, int, int], ...],
+           ta: bool, tb: bool) -> float:
+    """OpenBLAS's speed over MKL's on ``shapes`` in one layout (geometric mean), each
+    product run by the driver ``lib`` (its tiles on hologram's threads) bound to one
+    library and then the other."""
+    from .blas import DescStruct, bind_runtime
+
     rng = np.random.default_rng(0)
     logs = []
-    for m, k, n in SHAPES:
-        x = rng.standard_normal((m, k), dtype=np.float32)
-        w = rng.standard_normal((n, k), dtype=np.float32)
+    for m, k, n in shapes:
+        x = rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32)
+        w = rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32)
         c = np.empty((m, n), np.float32)
-        best = {name: float("inf") for name in fns}
-        for _ in range(REPEATS + 1):  # the first round warms caches and loads kernels
-            for name, fn in fns.items():
-                old = set_threads(1) if set_threads and name == "openblas" else None
-                t = time.perf_counter()
-                fn(101, 111, 112, m, n, k, 1.0, x.ctypes.data, k, w.ctypes.data, k, 0.0,
-                   c.ctypes.data, n)  # row-major, x @ W.T
-                best[name] = min(best[name], time.perf_counter() - t)
-                if old is not None:
-                    set_threads(old)
-        logs.append(np.log(best["mkl"] / best["openblas"]))
+        d = DescStruct()
+        d.nb, d.m, d.n, d.k = 1, m, n, k
+        d.lda, d.ldb, d.ldc = m if ta else k, k if tb else n, n
+        d.ta, d.tb, d.f64, d.nbd = int(ta), int(tb), 0, 0
+        times: dict[str, list[float]] = {name: [] for name in libs}
+        for r in range(REPEATS + 1):  # the first round warms caches and loads kernels
+            for name in (list(libs) if r % 2 else list(libs)[::-1]):
+                bind_runtime(lib, libs[name])
+                for _ in range(2):  # the second call counts: the library's buffers warm
+                    t = time.perf_counter()
+                    lib.hg_gemm(ctypes.byref(d), x.ctypes.data, w.ctypes.data,
+                                c.ctypes.data, None, None, None)
+                if r:
+                    times[name].append(time.perf_counter() - t)
+        logs.append(np.log(np.median(times["mkl"]) / np.median(times["openblas"])))
     return float(np.exp(np.mean(logs)))
+
+
+def measure(mkl: Blas, openblas: Blas) -> tuple[float, dict[str, float]]:
+    """OpenBLAS's speed over MKL's through hologram's GEMM driver: on ``x @ W.T`` over
+    SHAPES, and per other layout over LAYOUT_SHAPES. Without a C compiler (no driver,
+    GEMMs stay np.matmul) nothing is timed: 1.0 everywhere, so MKL."""
+    lib = _driver()
+    if lib is None:
+        return 1.0, dict.fromkeys(LAYOUTS, 1.0)
+    libs = {"mkl": mkl, "openblas": openblas}
+    main = _ratio(lib, libs, SHAPES, False, True)
+    return main, {lay: _ratio(lib, libs, LAYOUT_SHAPES, *t) for lay, t in LAYOUTS.items()}
 
 
 def _record_path(mkl: Blas, openblas: Blas) -> str | None:
@@ -109,36 +175,45 @@ def _record_path(mkl: Blas, openblas: Blas) -> str | None:
         d = KERNEL_CACHE.ensure_directory()
     except (CacheError, OSError):
         return None
+    from .. import threads
+
     key = cache_key({"kind": "blas-choice", "version": VERSION, "cpu": _cpu_name(),
+                     "threads": str(threads.get_num_threads()),
                      "mkl": mkl.config, "openblas": openblas.config,
-                     "shapes": repr(SHAPES)}, "", ".json")
+                     "shapes": repr((SHAPES, LAYOUTS, LAYOUT_SHAPES))}, "", ".json")
     return os.path.join(d, f"blas-choice-{key[:32]}.json")
 
 
-def _read(path: str) -> float | None:
-    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+def _read(path: str) -> tuple[float, dict[str, float]] | None:
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
         with open(path, encoding="utf-8") as f:
-            ratio = float(json.load(f)["openblas_over_mkl"])
-        if np.isfinite(ratio) and ratio > 0:
-            return ratio
-    return None  # missing or damaged: measure again
+            record = json.load(f)
+        ratio = float(record["openblas_over_mkl"])
+        layouts = {lay: float(record["layouts"][lay]) for lay in LAYOUTS}
+        if all(np.isfinite(r) and r > 0 for r in (ratio, *layouts.values())):
+            return ratio, layouts
+    return None  # missing, damaged or from before layouts were measured: measure again
 
 
-def _write(path: str, ratio: float) -> None:
+def _write(path: str, ratio: float, layouts: dict[str, float]) -> None:
     with contextlib.suppress(OSError):
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"openblas_over_mkl": ratio, "cpu": _cpu_name(), "shapes": SHAPES}, f)
+            json.dump({"openblas_over_mkl": ratio, "layouts": layouts, "cpu": _cpu_name(),
+                       "shapes": SHAPES, "layout_shapes": LAYOUT_SHAPES}, f)
         os.replace(tmp, path)
 
 
 def choose(mkl: Blas, openblas: Blas) -> Choice:
-    """The faster library on this machine (remembered, else measured and remembered)."""
+    """The faster library on this machine and the layouts the other one runs
+    (remembered, else measured and remembered)."""
     path = _record_path(mkl, openblas)
-    ratio = _read(path) if path else None
-    cached = ratio is not None
-    if ratio is None:
-        ratio = measure(mkl, openblas)
+    found = _read(path) if path else None
+    cached = found is not None
+    if found is None:
+        found = measure(mkl, openblas)
         if path:
-            _write(path, ratio)
-    return Choice("openblas" if ratio >= MARGIN else "mkl", ratio, cached)
+            _write(path, *found)
+    ratio, layouts = found
+    return Choice("openblas" if ratio >= MARGIN else "mkl", ratio, cached,
+                  tuple(sorted(layouts.items())))
