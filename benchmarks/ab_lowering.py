@@ -18,6 +18,9 @@ the renderers); a setting read at run time would be the same for both copies.
 GEMM driver sends to the second BLAS library (``compiler/blas.py``'s
 ``hg_gemm_second``; a bit mask ``1 << (2 ta + tb)`` per value, 0: every product on
 the first library), switched before each call of one compiled copy.
+``--driver-define NAME=A,B`` A/Bs one of the GEMM driver's ``#define`` values the same way:
+each value's driver is compiled apart (``ab_gemm_driver.build``), and every loaded
+program is bound to it (``hg_bind_gemm``) before each call.
 ``--train SIZE`` times a CNN's training step instead (forward, cross-entropy, backward,
 SGD with momentum, as ``bench_models.py --cnn`` does), each value on its own copy of
 the model and optimizer.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
+import ctypes
 import importlib
 import json
 import os
@@ -151,6 +155,39 @@ class _DriverLayouts:
         self._mask = value
 
 
+class _DriverDefine:
+    """A GEMM driver ``#define`` as an attribute: each value's driver built apart, bound
+    like the real one (second library included); setting ``mask`` to a value binds every
+    loaded program to that value's driver."""
+
+    def __init__(self, name: str, values: list[str]) -> None:
+        from ab_gemm_driver import build
+
+        from hologram.compiler import blas
+
+        self._drivers = {}
+        for i, v in enumerate(values):
+            lib = build({name: v}, 100 + i)
+            blas.bind_runtime(lib, blas.provider()[0], *blas.second_provider())
+            self._drivers[v] = ctypes.cast(lib.hg_gemm, ctypes.c_void_p).value
+        self._mask = values[0]
+
+    @property
+    def mask(self) -> str:
+        return self._mask
+
+    @mask.setter
+    def mask(self, value: str) -> None:
+        from hologram.compiler import cc
+
+        for lib in list(cc._LOADED.values()):
+            bind = getattr(lib, "hg_bind_gemm", None)
+            if bind is not None:
+                bind.argtypes = [ctypes.c_void_p]
+                bind(self._drivers[value])
+        self._mask = value
+
+
 def _runtime_calls(bm: Any, args: Any, model: Any, inputs: Any, mod: Any,
                    values: list[Any]) -> tuple[list[Callable[[], Any]], list[float]]:
     """One compiled copy (inference, or a CNN's training step with ``--train``), called
@@ -201,6 +238,8 @@ def main() -> None:
     p.add_argument("--values", help="comma-separated Python literals")
     p.add_argument("--driver-layouts", metavar="MASKS",
                    help="comma-separated layout masks for the second BLAS (run time)")
+    p.add_argument("--driver-define", metavar="HG_NAME=A,B",
+                   help="a GEMM driver #define and its values (run time)")
     p.add_argument("--samples", type=int, default=30)
     p.add_argument("--train", type=int, metavar="SIZE",
                    help="time a CNN's training step at SIZE x SIZE instead of inference")
@@ -214,6 +253,11 @@ def main() -> None:
         mod, attr, values = _DriverLayouts(), "mask", [
             int(v, 0) for v in args.driver_layouts.split(",")]
         args.setting = "GEMM driver layout mask (run time)"
+    elif args.driver_define:
+        name, _, text = args.driver_define.partition("=")
+        values = [v.strip() for v in text.split(",")]
+        mod, attr = _DriverDefine(name.strip(), values), "mask"
+        args.setting = f"GEMM driver #define {name.strip()} (run time)"
     elif args.setting and args.values:
         mod, attr = _target(args.setting)
         values = [_value(v) for v in args.values.split(",")]
@@ -222,7 +266,7 @@ def main() -> None:
     if len(values) < 2:
         raise SystemExit("--values: give at least two")
     model, inputs = bm.build(args.model)  # CNN names included
-    if args.driver_layouts:
+    if args.driver_layouts or args.driver_define:
         calls, errs = _runtime_calls(bm, args, model, inputs, mod, values)
     elif args.train is not None:
         if args.model not in bm.CNNS:

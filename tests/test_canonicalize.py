@@ -186,6 +186,20 @@ def _cvt_iota(d):
     return b.program(fn, [(d, S)])
 
 
+def _round_integral(d):
+    # pooling's window starts: an iota's affine map rounded (ceil of -(2 o - 1), clamped,
+    # floored again), a bool cast and floor(x) shifted by integral constants; and a
+    # rounding of a non-integral value (x * 0.5) that must stay
+    def fn(x, y):
+        start = Var(b.iota(S, 1, "i32")).cast(d) * 2.0 - 1.0
+        r = lambda op, v: Var(b.unary(op, v.v))  # noqa: E731
+        lo = r(Op.CEIL, -start).maximum(const(0.0, d)) + start
+        hit = (x < y).cast(d) * 3.0
+        return (r(Op.FLOOR, lo) * x, r(Op.TRUNC, hit - 1.0) + y,
+                r(Op.RINT, r(Op.FLOOR, x) + 2.0), r(Op.CEIL, x * 0.5))
+    return b.program(fn, [(d, S), (d, S)])
+
+
 def _neg(x: Var) -> Var:
     return -x
 
@@ -263,6 +277,7 @@ CASES = {
     "sel_not": _prog(lambda x, y: _bsel(x < y, False, True).where(x, y), 2),
     "sel_or": _prog(lambda x, y: _bsel(x < y, True, x.eq(x)).where(x, y), 2),
     "sel_and": _prog(lambda x, y: _bsel(x < y, x.eq(x), False).where(x, y), 2),
+    "round_integral": _round_integral,
     "reshape_same": _prog(lambda x: raw(Op.RESHAPE, x) * 3.0),
     "reshape_reshape": _prog(lambda x: x.reshape(8, 4).reshape(2, 16).exp()),
     "permute_identity": _prog(lambda x: raw(Op.PERMUTE, x, attrs={"perm": (0, 1)}) - 1.0),
@@ -299,6 +314,16 @@ def test_rule_fires_and_is_exact(rule, dtype):
     assert q.inputs == p.inputs
     q.verify()
     assert_equivalent(p, q)
+
+
+def test_only_integral_values_lose_their_rounding():
+    """round_integral drops the three roundings of integral values and keeps
+    ceil(x * 0.5), whose operand is not integral."""
+    q, _ = canonicalize(_round_integral("f32").verify())
+    rounding = [v for v in q.instructions
+                if v.op in (Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT)]
+    assert [(v.op, v.srcs[0].op) for v in rounding] == [(Op.FLOOR, Op.LDG),
+                                                        (Op.CEIL, Op.MUL)]
 
 
 def test_sunk_permutes_cancel_and_split_reshapes_run_over_long_rows():

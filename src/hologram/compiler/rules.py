@@ -133,6 +133,38 @@ def _signed(v: Value) -> bool:
     return v.dtype.kind != "i" or v.dtype.signed
 
 
+#: Ops whose result is integral when every (value) operand is: rounding an integral
+#: real to float gives an integral float (every float from 2^23 (f32) or 2^52 (f64) up
+#: is an integer, and integers below are exact), or an infinity; SEL's condition and the
+#: movement ops' layout do not matter.
+_INTEGRAL_KEEPING = frozenset({Op.NEG, Op.ABS, Op.ADD, Op.SUB, Op.MUL, Op.MAD, Op.FMA,
+                               Op.MIN, Op.MAX, Op.RSUM, Op.RMAX, Op.RMIN, *MOVEMENT})
+#: Ops whose float result is integral whatever their operands.
+_INTEGRAL_ALWAYS = frozenset({Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT, Op.IOTA})
+
+
+def _integral(v: Value, depth: int = 24) -> bool:
+    """Whether every element of float ``v`` is an integer, infinite or NaN by
+    construction (so rounding it changes nothing): integer or bool values converted,
+    integral constants, rounding ops, IOTA, and sums, products, extremes, negations and
+    movements of such. ``depth`` bounds the walk (index arithmetic is shallow)."""
+    if v.dtype.kind != "f":
+        return True
+    if v.op in _INTEGRAL_ALWAYS:
+        return True
+    if v.op is Op.CVT:
+        return v.srcs[0].dtype.kind in ("i", "b") or (
+            depth > 0 and _integral(v.srcs[0], depth - 1))
+    if v.op is Op.CONST:
+        x = float(v.attr("value"))
+        return not math.isfinite(x) or x == math.floor(x)
+    if depth <= 0:
+        return False
+    if v.op is Op.SEL:
+        return all(_integral(s, depth - 1) for s in v.srcs[1:])
+    return v.op in _INTEGRAL_KEEPING and all(_integral(s, depth - 1) for s in v.srcs)
+
+
 def _same_shape(v: Value) -> bool:
     return v.shape == v.srcs[0].shape
 
@@ -196,6 +228,12 @@ IDENTITY_RULES: list[Rule] = [
     Rule("sel_and", Pat(ops={Op.SEL}, kind="b", srcs=(Pat(name="c"), Pat(name="p"),
                                                     Pat(const=False, kind="b"))),
          _and_cp, "sel(c, p, false) -> c and p (bool)"),
+    # An index computed in float (pooling's window starts) is rounded by construction
+    # already; GCC will not vectorize a loop whose select reads a ceil() (ResNet-18's
+    # training max pool with indices, 4.8 ms scalar; docs/perf.md, session 22).
+    Rule("round_integral", Pat(ops={Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT},
+                               srcs=(Pat(name="x", where=_integral),)),
+         _x, "floor/ceil/trunc/rint(x) -> x for an integral x"),
     Rule("reshape_same", Pat(ops={Op.RESHAPE}, srcs=(X,), where=_same_shape), _x,
          "reshape to the same shape -> x"),
     Rule("reshape_reshape", Pat(ops={Op.RESHAPE}, srcs=(Pat(ops={Op.RESHAPE}, srcs=(X,)),)),
