@@ -197,8 +197,8 @@ def _runtime_calls(bm: Any, args: Any, model: Any, inputs: Any, mod: Any,
 
     if args.train is not None:
         x, y = bm.cnn_training_data(args.model, args.batch, args.train)
-        want_step = bm.cnn_training_step(copy.deepcopy(model), copy.deepcopy(model), x, y)
-        want = want_step().item()
+        eager = copy.deepcopy(model)
+        want = bm.cnn_training_step(eager, eager, x, y)().item()
         m = copy.deepcopy(model)
         inner = bm.cnn_training_step(m, torch.compile(m, backend="hologram"), x, y)
 
