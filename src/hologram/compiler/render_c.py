@@ -1337,6 +1337,55 @@ def epilogue_name(gemm_name: str) -> str:
     return f"{gemm_name}_epilogue"
 
 
+#: Whether a rendering pass collects every step's NeedsMaterialize before raising
+#: (one re-plan for all) rather than raising at the first.
+BATCH_MATERIALIZE = True
+
+
+def _render_step(r: CPURenderer, sched: Schedule, slots: dict[BufRef, int],
+                 gemms: dict[int, GemmDesc], fused: set[int], i: int,
+                 step: KernelPlan | AttentionPlan | GemmPlan,
+                 units: list[Unit], names: list[str]) -> None:
+    """Render step ``i`` into ``units`` and ``names`` (a GEMM with the kernels fused
+    into it as its epilogue, which join ``fused``)."""
+    steps = sched.steps
+    if isinstance(step, KernelPlan):
+        units.append(Unit(step.name, (step.name,), r.kernel(step)))
+        names.append(step.name)
+    elif isinstance(step, AttentionPlan):  # a call of the attention driver
+        units.append(Unit(step.name, (step.name,), attention.render_step(
+            step.name, attention.describe(step, sched.buffers), slots)))
+        names.append(step.name)
+    elif i in gemms:
+        # The kernels right after the GEMM that work per row of it run on each tile
+        # while it is in cache: e.g. bias add (stored for backward), then GELU.
+        chain: list[KernelPlan] = []
+        tile_values: frozenset[int] = frozenset()
+        for nxt in steps[i + 1:]:
+            if not (isinstance(nxt, KernelPlan)
+                    and fusable_epilogue(step, nxt, sched, tile_values)):
+                break
+            chain.append(nxt)
+            tile_values |= {id(x) for x, _ in nxt.sinks}
+        name = gemm_step_name(i)
+        epilogue = None
+        unit = []
+        for j, kp in enumerate(chain, start=i + 1):
+            unit.append(r.rows_kernel(kp, step.value.shape[-1]))
+            fused.add(j)
+        if len(chain) == 1:
+            epilogue = rows_name(chain[0].name)
+        elif chain:
+            epilogue = epilogue_name(name)
+            unit.append(f"void {epilogue}(void **B, int64_t lo, int64_t hi) {{\n"
+                        + "".join(f"  {rows_name(kp.name)}(B, lo, hi);\n" for kp in chain)
+                        + "}")
+        names.append(name)
+        unit.append(render_gemm(name, gemms[i], slots, epilogue,
+                                slots.get(packed_ref(i))))
+        units.append(Unit(name, (name, *(kp.name for kp in chain)), "\n\n".join(unit)))
+
+
 def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
                    gemms: dict[int, GemmDesc] | None = None,
                    fused: set[int] | None = None) -> str:
@@ -1356,44 +1405,18 @@ def render_kernels(sched: Schedule, slots: dict[BufRef, int], prelude: str,
     units: list[Unit] = []  # one per launch step: what cc may build in a part of its own
     names = []
     steps = sched.steps
+    wanted: list[Value] = []  # values steps asked to have buffers (NeedsMaterialize)
     for i, step in enumerate(steps):
         if i in fused:
             continue
-        if isinstance(step, KernelPlan):
-            units.append(Unit(step.name, (step.name,), r.kernel(step)))
-            names.append(step.name)
-        elif isinstance(step, AttentionPlan):  # a call of the attention driver
-            units.append(Unit(step.name, (step.name,), attention.render_step(
-                step.name, attention.describe(step, sched.buffers), slots)))
-            names.append(step.name)
-        elif i in gemms:
-            # The kernels right after the GEMM that work per row of it run on each tile
-            # while it is in cache: e.g. bias add (stored for backward), then GELU.
-            chain: list[KernelPlan] = []
-            tile_values: frozenset[int] = frozenset()
-            for nxt in steps[i + 1:]:
-                if not (isinstance(nxt, KernelPlan)
-                        and fusable_epilogue(step, nxt, sched, tile_values)):
-                    break
-                chain.append(nxt)
-                tile_values |= {id(x) for x, _ in nxt.sinks}
-            name = gemm_step_name(i)
-            epilogue = None
-            unit = []
-            for j, kp in enumerate(chain, start=i + 1):
-                unit.append(r.rows_kernel(kp, step.value.shape[-1]))
-                fused.add(j)
-            if len(chain) == 1:
-                epilogue = rows_name(chain[0].name)
-            elif chain:
-                epilogue = epilogue_name(name)
-                unit.append(f"void {epilogue}(void **B, int64_t lo, int64_t hi) {{\n"
-                            + "".join(f"  {rows_name(kp.name)}(B, lo, hi);\n" for kp in chain)
-                            + "}")
-            names.append(name)
-            unit.append(render_gemm(name, gemms[i], slots, epilogue,
-                                    slots.get(packed_ref(i))))
-            units.append(Unit(name, (name, *(kp.name for kp in chain)), "\n\n".join(unit)))
+        try:
+            _render_step(r, sched, slots, gemms, fused, i, step, units, names)
+        except NeedsMaterialize as e:  # every step of this pass asks: one re-plan for all
+            if not BATCH_MATERIALIZE:
+                raise
+            wanted += e.values
+    if wanted:
+        raise NeedsMaterialize(wanted[0], wanted[1:])
     if r.uses_index_fail:  # a kernel range-checks indices into the launch's error record
         parts.insert(1, INDEX_FAIL_C)
     if r.specials:
