@@ -51,6 +51,7 @@ import importlib.metadata
 import os
 import re
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -819,10 +820,14 @@ PROVIDERS: dict[str, Callable[[], tuple[Blas | None, str]]] = {
 DEFAULT_ORDER = ("mkl", "openblas")
 
 
+_CHOICE_LOCK = threading.Lock()
+
+
 @functools.cache
 def _measured_choice() -> Any:
     """``blas_choice.Choice`` when both libraries are usable and neither ``HOLOGRAM_BLAS``
-    nor ``HOLOGRAM_GEMM`` decides; else None."""
+    nor ``HOLOGRAM_GEMM`` decides; else None. One thread measures (the measurement binds
+    the GEMM driver to each library in turn); the others wait for its answer."""
     if (os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy"
             or os.environ.get("HOLOGRAM_BLAS", "").strip()):
         return None
@@ -831,7 +836,8 @@ def _measured_choice() -> Any:
         return None
     from .blas_choice import choose
 
-    return choose(both["mkl"], both["openblas"])  # type: ignore[arg-type]
+    with _CHOICE_LOCK:
+        return choose(both["mkl"], both["openblas"])  # type: ignore[arg-type]
 
 
 #: The GEMM driver's layout index (``2 * ta + tb``) of each ``blas_choice`` layout name.

@@ -110,16 +110,17 @@ def _cpu_name() -> str:
 
 
 def _driver() -> Any:
-    """hologram's GEMM driver compiled apart from the one GEMMs run on (its own cache
-    key, so its own library and binding), for timing; None without a C compiler."""
-    from .blas import runtime_source
+    """hologram's GEMM driver, for timing: the very library GEMMs will run on (the same
+    source and cache key, so one build), bound to each library in turn here before
+    ``blas`` binds it for good; None without a C compiler."""
+    from .blas import RUNTIME_KEY, runtime_source
     from .cc import CCompiler, CompileError
 
     cc = CCompiler.find()
     if cc is None:
         return None
     try:
-        lib = cc.compile(runtime_source(), {"runtime": "gemm-choice"})
+        lib = cc.compile(runtime_source(), RUNTIME_KEY)
     except CompileError:
         return None
     lib.hg_gemm.argtypes = [ctypes.c_void_p] * 7
