@@ -139,7 +139,9 @@ class _DriverLayouts:
         other = blas.PROVIDERS["openblas" if main_blas.name == "mkl" else "mkl"]()[0]
         if other is None:
             raise SystemExit("--driver-layouts: only one BLAS library is usable here")
-        self._lib = blas._runtime_lib(hologram.default_executor("cpu").backend.cc)
+        cc = hologram.default_executor("cpu").backend.cc
+        self._lib = blas._runtime_lib(cc)
+        blas.bind_layouts(cc)
         self._other = other
         self._mask = blas.second_provider()[1]
 
@@ -150,8 +152,7 @@ class _DriverLayouts:
     @mask.setter
     def mask(self, value: int) -> None:
         o = self._other
-        self._lib.hg_gemm_second(o.sgemm, o.dgemm, o.set_threads or None, int(o.ilp64),
-                                 value)
+        self._lib.hg_gemm_second(o.sgemm, o.dgemm, int(o.ilp64), value)
         self._mask = value
 
 

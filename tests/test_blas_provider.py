@@ -86,7 +86,7 @@ def test_a_remembered_measurement_decides_without_timing_again(tmp_path, ratio, 
             f"blas_choice._write(blas_choice._record_path(mkl, ob), {ratio}, {layouts})\n"
             "def refuse(*a):\n"
             "    raise AssertionError('timed again')\n"
-            "blas_choice.measure = refuse\n"
+            "blas_choice.measure = blas_choice.measure_layouts = refuse\n"
             "rng = np.random.default_rng(0)\n"
             "a, b = (rng.standard_normal((96, 80)).astype(np.float32) for _ in range(2))\n"
             "for f in (lambda x, y: x @ y.T, lambda x, y: x @ y[:80].T.copy(),\n"
@@ -108,6 +108,30 @@ def test_a_remembered_measurement_decides_without_timing_again(tmp_path, ratio, 
     assert f"OpenBLAS at {ratio:.2f}x MKL's speed" in describe and "remembered" in describe
     other = "OpenBLAS" if want == "mkl" else "MKL"
     assert (f"{', '.join(moved)} products on {other}" in describe) == bool(moved)
+
+
+@needs_both
+def test_layouts_are_timed_only_once_a_program_needs_them(tmp_path):
+    """x @ W.T products alone (a transformer's) never pay for the layouts' timing; the
+    first program with a product read otherwise (a convolution's W @ columns) does,
+    once, and it is remembered."""
+    code = ("import json, glob, os, numpy as np, hologram\n"
+            "from hologram.compiler import blas\n"
+            "a = np.ones((64, 32), np.float32)\n"
+            "def record():\n"
+            "    path, = glob.glob(os.path.join(os.environ['HOLOGRAM_CACHE_DIR'], '**',\n"
+            "                                   'blas-choice-*.json'), recursive=True)\n"
+            "    return json.load(open(path))['layouts']\n"
+            "hologram.jit(lambda x, y: x @ y.T)(a, a)\n"
+            "print(record())\n"
+            "hologram.jit(lambda x, y: x @ y)(a, a.T.copy())\n"
+            "print(sorted(record()))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
+    env["HOLOGRAM_CACHE_DIR"] = str(tmp_path / "cache")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[-3:-1] == ["None", "['NN', 'TN']"]
 
 
 @pytest.mark.skipif(not (HAVE_MKL or HAVE_OPENBLAS), reason="no BLAS library")
@@ -136,7 +160,7 @@ def test_the_driver_sends_each_layout_to_its_library():
     rng = np.random.default_rng(1)
     m, k, n = 40, 24, 56
     for mask in range(16):
-        lib.hg_gemm_second(marker, marker, None, 1, mask)
+        lib.hg_gemm_second(marker, marker, 1, mask)
         for ta in (0, 1):
             for tb in (0, 1):
                 a = rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32)
@@ -164,13 +188,14 @@ def test_a_damaged_record_is_measured_again_and_replaced(tmp_path, monkeypatch):
     path = blas_choice._record_path(mkl, ob)
     assert path is not None
     for damaged in ("{not json", '{"openblas_over_mkl": "nan"}', '{"other": 1}',
-                    '{"openblas_over_mkl": 1.0}',  # a record from before layouts
-                    '{"openblas_over_mkl": 1.0, "layouts": {"NN": 1.0}}'):
+                    '{"openblas_over_mkl": 1.0}',  # layouts not measured yet
+                    '{"openblas_over_mkl": 1.0, "layouts": {"NN": 1.0}}',
+                    '{"openblas_over_mkl": 1.0, "layouts": {"NN": 1.0, "TN": "nan"}}'):
         with open(path, "w") as f:
             f.write(damaged)
-        first = blas_choice.choose(mkl, ob)
+        first = blas_choice.choose(mkl, ob, layouts=True)
         assert not first.cached and first.ratio > 0
-        again = blas_choice.choose(mkl, ob)
+        again = blas_choice.choose(mkl, ob, layouts=True)
         assert again.cached and again.ratio == first.ratio and again.name == first.name
         assert again.name == ("openblas" if first.ratio >= blas_choice.MARGIN else "mkl")
         assert again.layouts == first.layouts and len(first.layouts) == len(blas_choice.LAYOUTS)

@@ -260,6 +260,8 @@ class CPUBackend(Backend):
 
         low = lower(canon, render, error_slot=True, packed=describe_gemms)
         check_no_empty_steps(low)
+        if any(d.a.trans or not d.b.trans for d in gemms.values()):  # not x @ W.T
+            blas.bind_layouts(self.cc)
         named = (KernelPlan, AttentionPlan)  # C functions of their own (GEMMs: g<i>)
         names = {i: (s.name if isinstance(s, named) else gemm_step_name(i))
                  for i, s in enumerate(low.schedule.steps)

@@ -164,11 +164,12 @@ static void *hg_sgemm, *hg_dgemm;
 static void *hg_pack_size[2], *hg_pack[2], *hg_compute[2];  /* [f64]; NULL: no packing */
 static set_threads_t hg_set_threads;  /* returns the previous count; NULL: nothing to set */
 static int hg_ilp64;
+/* A BLAS library's ?gemm entry points and integer width. */
+typedef struct { void *s, *d; int ilp64; } hg_blas_lib;
 /* The library each operand layout calls ([2 ta + tb]): the first bound (hg_gemm_init)
    or a second one (hg_gemm_second) where blas_choice measured it faster for that layout.
    Packed products always call the first (its pack API made the copy). */
-static void *hg_sgemm_of[4], *hg_dgemm_of[4];
-static int hg_ilp64_of[4];
+static hg_blas_lib hg_lib_of[4];
 static pthread_mutex_t hg_mu = PTHREAD_MUTEX_INITIALIZER;
 static int hg_users, hg_saved;
 
@@ -183,7 +184,7 @@ static void hg_after_fork_in_child(void) {
 void hg_gemm_init(void *s, void *d, void *set_threads, int ilp64, void *const *pack) {
   static int registered;
   hg_sgemm = s; hg_dgemm = d; hg_set_threads = (set_threads_t)set_threads; hg_ilp64 = ilp64;
-  for (int i = 0; i < 4; i++) { hg_sgemm_of[i] = s; hg_dgemm_of[i] = d; hg_ilp64_of[i] = ilp64; }
+  for (int i = 0; i < 4; i++) hg_lib_of[i] = (hg_blas_lib){s, d, ilp64};
   for (int i = 0; i < 2; i++) {  /* pack: s size, s pack, s compute, then the same for d */
     hg_pack_size[i] = pack ? pack[3 * i] : 0;
     hg_pack[i] = pack ? pack[3 * i + 1] : 0;
@@ -194,16 +195,18 @@ void hg_gemm_init(void *s, void *d, void *set_threads, int ilp64, void *const *p
 }
 
 /* A second library for the operand layouts whose bit (1 << (2 ta + tb)) is set in
-   `layouts`; call after hg_gemm_init, before any product runs. Its thread-count setter,
-   if the first library has none, is the one hg_enter uses (only OpenBLAS has one). */
-void hg_gemm_second(void *s, void *d, void *set_threads, int ilp64, int layouts) {
-  for (int i = 0; i < 4; i++) {
-    const int second = (layouts >> i) & 1;
-    hg_sgemm_of[i] = second ? s : hg_sgemm;
-    hg_dgemm_of[i] = second ? d : hg_dgemm;
-    hg_ilp64_of[i] = second ? ilp64 : hg_ilp64;
-  }
-  if (!hg_set_threads && set_threads && !hg_users) hg_set_threads = (set_threads_t)set_threads;
+   `layouts`; call after hg_gemm_init (hg_gemm_init's `set_threads` names OpenBLAS's
+   thread-count setter whichever library is first, when it is loaded). A product running
+   meanwhile may call either library for its blocks: the same product, other rounding. */
+void hg_gemm_second(void *s, void *d, int ilp64, int layouts) {
+  for (int i = 0; i < 4; i++)
+    hg_lib_of[i] = ((layouts >> i) & 1) ? (hg_blas_lib){s, d, ilp64}
+                                        : (hg_blas_lib){hg_sgemm, hg_dgemm, hg_ilp64};
+}
+
+/* The library a product of d's operand layout calls. */
+static const hg_blas_lib *hg_layout_lib(const hg_gemm_desc *d) {
+  return &hg_lib_of[2 * (d->ta != 0) + (d->tb != 0)];
 }
 
 /* One BLAS thread while any hologram GEMM runs; the user's count comes back after. */
@@ -224,19 +227,18 @@ static void hg_leave(void) {
 void hg_blas_enter(void) { hg_enter(); }
 void hg_blas_leave(void) { hg_leave(); }
 
-static void hg_call_block(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
-                          const char *b, char *c) {
+static void hg_call_block(const hg_blas_lib *L, const hg_gemm_desc *d, int64_t m, int64_t n,
+                          const char *a, const char *b, char *c) {
   int ta = d->ta ? 112 : 111, tb = d->tb ? 112 : 111;
-  const int layout = 2 * (d->ta != 0) + (d->tb != 0);
-  void *const dgemm = hg_dgemm_of[layout], *const sgemm = hg_sgemm_of[layout];
+  void *const dgemm = L->d, *const sgemm = L->s;
   if (d->f64) {
-    if (hg_ilp64_of[layout]) ((dgemm64_t)dgemm)(101, ta, tb, m, n, d->k, 1.0,
+    if (L->ilp64) ((dgemm64_t)dgemm)(101, ta, tb, m, n, d->k, 1.0,
         (const double *)a, d->lda, (const double *)b, d->ldb, 0.0, (double *)c, d->ldc);
     else ((dgemm32_t)dgemm)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)d->k, 1.0,
         (const double *)a, (int32_t)d->lda, (const double *)b, (int32_t)d->ldb, 0.0,
         (double *)c, (int32_t)d->ldc);
   } else {
-    if (hg_ilp64_of[layout]) ((sgemm64_t)sgemm)(101, ta, tb, m, n, d->k, 1.0f,
+    if (L->ilp64) ((sgemm64_t)sgemm)(101, ta, tb, m, n, d->k, 1.0f,
         (const float *)a, d->lda, (const float *)b, d->ldb, 0.0f, (float *)c, d->ldc);
     else ((sgemm32_t)sgemm)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)d->k, 1.0f,
         (const float *)a, (int32_t)d->lda, (const float *)b, (int32_t)d->ldb, 0.0f,
@@ -255,8 +257,8 @@ static int hg_wide(const hg_gemm_desc *d) { return d->m >= HG_WIDE_ROWS; }
    block of at most HG_CALL_COLS columns, the blocks equal (HG_CALL_COLS: MKL slows down
    on a wide B), or one call for a tall product (hg_wide). The blocks depend on the
    product's shape alone, so its result does not depend on timing. */
-static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
-                    const char *b, char *c) {
+static void hg_call(const hg_blas_lib *L, const hg_gemm_desc *d, int64_t m, int64_t n,
+                    const char *a, const char *b, char *c) {
   const size_t es = d->f64 ? 8 : 4;
   if (d->k == 0) {  /* an empty sum: BLAS may leave C alone */
     for (int64_t i = 0; i < m; i++) memset(c + i * d->ldc * es, 0, (size_t)n * es);
@@ -265,7 +267,7 @@ static void hg_call(const hg_gemm_desc *d, int64_t m, int64_t n, const char *a,
   const int64_t blocks = hg_wide(d) ? 1 : hg_col_blocks(n);
   for (int64_t t = 0; t < blocks; t++) {
     const int64_t lo = n * t / blocks, hi = n * (t + 1) / blocks;
-    hg_call_block(d, m, hi - lo, a, b + (d->tb ? lo * d->ldb : lo) * (int64_t)es,
+    hg_call_block(L, d, m, hi - lo, a, b + (d->tb ? lo * d->ldb : lo) * (int64_t)es,
                   c + lo * (int64_t)es);
   }
 }
@@ -465,6 +467,7 @@ typedef struct {
   int rows, rounds;
   hg_epilogue_fn epi;
   void **table;
+  const hg_blas_lib *lib;
 } hg_tiles_ctx;
 
 /* Tiles t0..t1: product t / per, its rows (or columns) part t % per. */
@@ -486,12 +489,12 @@ static void hg_tiles_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
     if (x->rows) {  /* rows lo..hi of A (row i of A^T is column i of the stored matrix) */
       a += (d->ta ? lo : lo * d->lda) * es;
       c += lo * d->ldc * es;
-      hg_call(d, hi - lo, d->n, a, b, c);
+      hg_call(x->lib, d, hi - lo, d->n, a, b, c);
       if (x->epi) x->epi(x->table, bi * d->m + lo, bi * d->m + hi);  /* tile in cache */
     } else {  /* columns lo..hi of B and C */
       b += (d->tb ? lo * d->ldb : lo) * es;
       c += lo * es;
-      hg_call(d, d->m, hi - lo, a, b, c);
+      hg_call(x->lib, d, d->m, hi - lo, a, b, c);
     }
   }
 }
@@ -521,7 +524,7 @@ static void hg_sym_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
   for (int64_t t = t0; t < t1; t++) {
     const int64_t s = T - 1 - t, lo = d->m * s / T, hi = d->m * (s + 1) / T;
     const char *a = x->a + (d->ta ? lo : lo * d->lda) * es;
-    hg_call(d, hi - lo, hi, a, x->a, x->c + lo * d->ldc * es);  /* B: columns 0..hi */
+    hg_call(hg_layout_lib(d), d, hi - lo, hi, a, x->a, x->c + lo * d->ldc * es);  /* B: 0..hi */
   }
 }
 
@@ -559,17 +562,9 @@ static void hg_gemm_symmetric(const hg_gemm_desc *d, const void *A, void *C,
   if (epi) hg_epilogue_after(epi, table, d->m, nt);
 }
 
-void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_epilogue_fn epi,
-             void **table, const void *packed) {
-  if (d->m == 0 || d->n == 0 || d->nb == 0) return;
-  if (packed && hg_pack_matches(d, (const hg_packed *)packed)) {
-    hg_gemm_packed(d, A, (const hg_packed *)packed, C, epi, table);
-    return;
-  }
-  if (hg_symmetric(d, A, B)) {
-    hg_gemm_symmetric(d, A, C, epi, table);
-    return;
-  }
+/* The tiles of d (no packed copy, no symmetric shortcut) on library L. */
+static void hg_gemm_tiles(const hg_blas_lib *L, const hg_gemm_desc *d, const void *A,
+                          const void *B, void *C, hg_epilogue_fn epi, void **table) {
   const int64_t es = d->f64 ? 8 : 4;
   const int64_t nt = hg_threads_for(d);
   /* Tiles along the longer side of each product; nb * per a multiple of nt (balance).
@@ -585,11 +580,37 @@ void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_ep
   }
   if (per < 1) per = 1;
   hg_tiles_ctx x = {d, (const char *)A + d->oa * es, (const char *)B + d->ob * es,
-                    (char *)C + d->oc * es, per, len, rows, rounds, epi, table};
+                    (char *)C + d->oc * es, per, len, rows, rounds, epi, table, L};
   hg_enter();
   hg_par_nt(hg_tiles_chunk, &x, d->nb * per, 1, nt);
   hg_leave();
   if (epi && !rows) hg_epilogue_after(epi, table, d->nb * d->m, nt);
+}
+
+void hg_gemm(const hg_gemm_desc *d, const void *A, const void *B, void *C, hg_epilogue_fn epi,
+             void **table, const void *packed) {
+  if (d->m == 0 || d->n == 0 || d->nb == 0) return;
+  if (packed && hg_pack_matches(d, (const hg_packed *)packed)) {
+    hg_gemm_packed(d, A, (const hg_packed *)packed, C, epi, table);
+    return;
+  }
+  if (hg_symmetric(d, A, B)) {
+    hg_gemm_symmetric(d, A, C, epi, table);
+    return;
+  }
+  hg_gemm_tiles(hg_layout_lib(d), d, A, B, C, epi, table);
+}
+
+/* d's product on the library given here, as hg_gemm cuts it, whatever the driver is
+   bound to: what blas_choice times, on the driver in use, without rebinding it.
+   `set_threads` (OpenBLAS's, or NULL): one BLAS thread for the call. */
+void hg_gemm_on(const hg_gemm_desc *d, const void *A, const void *B, void *C, void *s,
+                void *dg, int ilp64, void *set_threads) {
+  if (d->m == 0 || d->n == 0 || d->nb == 0) return;
+  const hg_blas_lib L = {s, dg, ilp64};
+  const int saved = set_threads ? ((set_threads_t)set_threads)(1) : 0;
+  hg_gemm_tiles(&L, d, A, B, C, 0, 0);
+  if (set_threads) ((set_threads_t)set_threads)(saved);
 }
 """
 
@@ -848,21 +869,48 @@ LAYOUT_INDEX = {"NN": 0, "NT": 1, "TN": 2, "TT": 3}
 def second_provider() -> tuple[Blas | None, int]:
     """(the library ``provider()`` did not choose, the layouts it runs as the driver's
     bit mask ``1 << (2 ta + tb)``), where ``blas_choice`` measured it faster for some
-    operand layouts; else (None, 0)."""
-    choice = _measured_choice()
-    if choice is None or not choice.other_layouts():
+    operand layouts; else (None, 0). Measured on first call, when a program first has
+    a product in another layout than ``x @ W.T`` (``bind_layouts``)."""
+    if _measured_choice() is None:
+        return None, 0
+    from .blas_choice import choose
+
+    both = {name: PROVIDERS[name]()[0] for name in DEFAULT_ORDER}
+    with _CHOICE_LOCK:
+        choice = choose(both["mkl"], both["openblas"], layouts=True)  # type: ignore[arg-type]
+    if not choice.other_layouts():
         return None, 0
     other = "openblas" if choice.name == "mkl" else "mkl"
     mask = sum(1 << LAYOUT_INDEX[lay] for lay in choice.other_layouts())
     return PROVIDERS[other]()[0], mask
 
 
+def bind_layouts(cc: Any) -> None:
+    """Give the GEMM driver its second library for the layouts measured faster on it
+    (``second_provider``; measured now if not yet): called when a program about to be
+    compiled has a product whose operands are not read as ``x @ W.T``."""
+    lib = _runtime_lib(cc)
+    if lib is not None and id(lib) not in _LAYOUTS_BOUND:
+        second, mask = second_provider()
+        if second is not None:
+            lib.hg_gemm_second(second.sgemm, second.dgemm, int(second.ilp64), mask)
+        _LAYOUTS_BOUND.add(id(lib))
+
+
+#: GEMM drivers (by id of their loaded library) given their second library already.
+_LAYOUTS_BOUND: set[int] = set()
+
+
 def int64_sizes() -> bool:
-    """Whether every library the GEMM driver calls takes 64-bit sizes (ILP64): else a
-    product any of whose sizes exceeds 2^31 - 1 stays np.matmul."""
+    """Whether every library the GEMM driver may call takes 64-bit sizes (ILP64): else a
+    product any of whose sizes exceeds 2^31 - 1 stays np.matmul. Both usable libraries
+    count where the choice is measured (the second is bound only later)."""
     found, _ = provider()
-    second, _ = second_provider()
-    return bool(found is not None and found.ilp64 and (second is None or second.ilp64))
+    if found is None or not found.ilp64:
+        return False
+    if _measured_choice() is None:
+        return True
+    return all(PROVIDERS[name]()[0].ilp64 for name in DEFAULT_ORDER)  # type: ignore[union-attr]
 
 
 @functools.cache
@@ -945,26 +993,29 @@ def _runtime_lib(cc: Any) -> Any:
         warnings.warn(f"hologram: GEMM runs through np.matmul: the BLAS driver did not "
                       f"build: {str(e).splitlines()[0]}", stacklevel=2)
         return None
-    return bind_runtime(lib, blas, *second_provider())
+    return bind_runtime(lib, blas)
 
 
 def bind_runtime(lib: Any, blas: Blas, second: Blas | None = None, layouts: int = 0) -> Any:
     """Bind a loaded GEMM driver (``runtime_source``, or a variant of it: the benchmarks'
     ``ab_gemm_driver.py``) to ``blas``, and to ``second`` for the operand layouts in the
     bit mask ``layouts`` (``second_provider``), and declare its pack calls; returns
-    ``lib``."""
+    ``lib``. OpenBLAS's thread-count setter is passed whenever OpenBLAS is usable, so
+    that it runs one thread per tile on whichever layouts it is given later."""
     init = lib.hg_gemm_init
     init.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                      ctypes.c_void_p]
     init.restype = None
     pack = (ctypes.c_void_p * 6)(*blas.pack) if blas.pack else None
-    init(blas.sgemm, blas.dgemm, blas.set_threads or None, int(blas.ilp64), pack)
-    lib.hg_gemm_second.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                   ctypes.c_int, ctypes.c_int]
+    openblas = blas if blas.set_threads else (
+        numpy_blas()[0] if _measured_choice() is not None else None)
+    init(blas.sgemm, blas.dgemm, (openblas.set_threads if openblas else 0) or None,
+         int(blas.ilp64), pack)
+    lib.hg_gemm_second.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                                   ctypes.c_int]
     lib.hg_gemm_second.restype = None
     if second is not None and layouts:
-        lib.hg_gemm_second(second.sgemm, second.dgemm, second.set_threads or None,
-                           int(second.ilp64), layouts)
+        lib.hg_gemm_second(second.sgemm, second.dgemm, int(second.ilp64), layouts)
     for name, args, res in (("hg_gemm_pack_tiles", [ctypes.c_void_p], ctypes.c_int64),
                             ("hg_gemm_pack_size", [ctypes.c_void_p, ctypes.c_int64],
                              ctypes.c_int64),

@@ -110,9 +110,10 @@ def _cpu_name() -> str:
 
 
 def _driver() -> Any:
-    """hologram's GEMM driver, for timing: the very library GEMMs will run on (the same
-    source and cache key, so one build), bound to each library in turn here before
-    ``blas`` binds it for good; None without a C compiler."""
+    """hologram's GEMM driver, for timing: the very library GEMMs run on (the same source
+    and cache key, so one build); None without a C compiler. Timing goes through
+    ``hg_gemm_on``, which names the library per call and leaves the driver's binding
+    alone, so layouts can be timed while programs run."""
     from .blas import RUNTIME_KEY, runtime_source
     from .cc import CCompiler, CompileError
 
@@ -123,17 +124,17 @@ def _driver() -> Any:
         lib = cc.compile(runtime_source(), RUNTIME_KEY)
     except CompileError:
         return None
-    lib.hg_gemm.argtypes = [ctypes.c_void_p] * 7
-    lib.hg_gemm.restype = None
+    lib.hg_gemm_on.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int, ctypes.c_void_p]
+    lib.hg_gemm_on.restype = None
     return lib
 
 
 def _ratio(lib: Any, libs: dict[str, Blas], shapes: tuple[tuple[int, int, int], ...],
            ta: bool, tb: bool) -> float:
     """OpenBLAS's speed over MKL's on ``shapes`` in one layout (geometric mean), each
-    product run by the driver ``lib`` (its tiles on hologram's threads) bound to one
+    product cut into tiles on hologram's threads as the driver cuts it, run on one
     library and then the other."""
-    from .blas import DescStruct, bind_runtime
+    from .blas import DescStruct
 
     rng = np.random.default_rng(0)
     logs = []
@@ -148,12 +149,13 @@ def _ratio(lib: Any, libs: dict[str, Blas], shapes: tuple[tuple[int, int, int], 
         times: dict[str, list[float]] = {name: [] for name in libs}
         for r in range(REPEATS + 1):  # the first round warms caches and loads kernels
             for name in (list(libs) if r % 2 else list(libs)[::-1]):
-                bind_runtime(lib, libs[name])
+                found = libs[name]
                 best = float("inf")
                 for call in range(3):  # the first warms the library's buffers
                     t = time.perf_counter()
-                    lib.hg_gemm(ctypes.byref(d), x.ctypes.data, w.ctypes.data,
-                                c.ctypes.data, None, None, None)
+                    lib.hg_gemm_on(ctypes.byref(d), x.ctypes.data, w.ctypes.data,
+                                   c.ctypes.data, found.sgemm, found.dgemm, int(found.ilp64),
+                                   found.set_threads or None)
                     if call:
                         best = min(best, time.perf_counter() - t)
                 if r:
@@ -162,16 +164,23 @@ def _ratio(lib: Any, libs: dict[str, Blas], shapes: tuple[tuple[int, int, int], 
     return float(np.exp(np.mean(logs)))
 
 
-def measure(mkl: Blas, openblas: Blas) -> tuple[float, dict[str, float]]:
-    """OpenBLAS's speed over MKL's through hologram's GEMM driver: on ``x @ W.T`` over
-    SHAPES, and per other layout over LAYOUT_SHAPES. Without a C compiler (no driver,
-    GEMMs stay np.matmul) nothing is timed: 1.0 everywhere, so MKL."""
+def measure(mkl: Blas, openblas: Blas) -> float:
+    """OpenBLAS's speed over MKL's on ``x @ W.T`` over SHAPES, through hologram's GEMM
+    driver. Without a C compiler (no driver, GEMMs stay np.matmul) nothing is timed:
+    1.0, so MKL."""
     lib = _driver()
     if lib is None:
-        return 1.0, dict.fromkeys(LAYOUTS, 1.0)
+        return 1.0
+    return _ratio(lib, {"mkl": mkl, "openblas": openblas}, SHAPES, False, True)
+
+
+def measure_layouts(mkl: Blas, openblas: Blas) -> dict[str, float]:
+    """The same ratio per other operand layout (LAYOUTS) over LAYOUT_SHAPES."""
+    lib = _driver()
+    if lib is None:
+        return dict.fromkeys(LAYOUTS, 1.0)
     libs = {"mkl": mkl, "openblas": openblas}
-    main = _ratio(lib, libs, SHAPES, False, True)
-    return main, {lay: _ratio(lib, libs, LAYOUT_SHAPES, *t) for lay, t in LAYOUTS.items()}
+    return {lay: _ratio(lib, libs, LAYOUT_SHAPES, *t) for lay, t in LAYOUTS.items()}
 
 
 def _record_path(mkl: Blas, openblas: Blas) -> str | None:
@@ -190,18 +199,24 @@ def _record_path(mkl: Blas, openblas: Blas) -> str | None:
     return os.path.join(d, f"blas-choice-{key[:32]}.json")
 
 
-def _read(path: str) -> tuple[float, dict[str, float]] | None:
+def _read(path: str) -> tuple[float, dict[str, float] | None] | None:
+    """(x @ W.T's ratio, the layouts' ratios or None where not measured yet), or None."""
     with contextlib.suppress(OSError, ValueError, TypeError, KeyError, AttributeError):
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
         ratio = float(record["openblas_over_mkl"])
-        layouts = {lay: float(record["layouts"][lay]) for lay in LAYOUTS}
-        if all(np.isfinite(r) and r > 0 for r in (ratio, *layouts.values())):
-            return ratio, layouts
-    return None  # missing, damaged or from before layouts were measured: measure again
+        if not (np.isfinite(ratio) and ratio > 0):
+            return None
+        layouts = None
+        if record.get("layouts") is not None:
+            layouts = {lay: float(record["layouts"][lay]) for lay in LAYOUTS}
+            if not all(np.isfinite(r) and r > 0 for r in layouts.values()):
+                layouts = None  # damaged: measured again when asked for
+        return ratio, layouts
+    return None  # missing or damaged: measure again
 
 
-def _write(path: str, ratio: float, layouts: dict[str, float]) -> None:
+def _write(path: str, ratio: float, layouts: dict[str, float] | None) -> None:
     with contextlib.suppress(OSError):
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -210,16 +225,19 @@ def _write(path: str, ratio: float, layouts: dict[str, float]) -> None:
         os.replace(tmp, path)
 
 
-def choose(mkl: Blas, openblas: Blas) -> Choice:
-    """The faster library on this machine and the layouts the other one runs
-    (remembered, else measured and remembered)."""
+def choose(mkl: Blas, openblas: Blas, layouts: bool = False) -> Choice:
+    """The faster library on this machine (remembered, else measured and remembered);
+    with ``layouts``, also the ratio per other operand layout (measured the first time
+    a program has such a product: a program of ``x @ W.T`` products alone never pays
+    for it)."""
     path = _record_path(mkl, openblas)
     found = _read(path) if path else None
     cached = found is not None
-    if found is None:
-        found = measure(mkl, openblas)
-        if path:
-            _write(path, *found)
-    ratio, layouts = found
+    ratio, per = found if found is not None else (measure(mkl, openblas), None)
+    if layouts and per is None:
+        per = measure_layouts(mkl, openblas)
+        cached = False
+    if path and (found is None or (layouts and found[1] is None)):
+        _write(path, ratio, per)
     return Choice("openblas" if ratio >= MARGIN else "mkl", ratio, cached,
-                  tuple(sorted(layouts.items())))
+                  tuple(sorted((per or {}).items())))
