@@ -10,24 +10,27 @@ OpenBLAS. A rule by CPU vendor or instruction set would be a guess from two mach
 a few milliseconds of measurement is not.
 
 What is timed: products in float32 through hologram's GEMM driver (its tiles on
-hologram's threads, each tile one single-threaded BLAS call), the driver bound to one
-library and then the other, alternated, the median of ``REPEATS`` rounds each. Not one
-thread alone: alone, the libraries ran ResNet-18's convolution products within 3-5% of
-each other; on two threads at once MKL's took 1.08-1.35x OpenBLAS's time (session 22).
-First ``x @ W.T`` (the layout of every linear layer) on ``SHAPES``: OpenBLAS must beat
-MKL there by ``MARGIN`` (MKL also packs constant weights, which OpenBLAS cannot) to be
-the library hologram's GEMMs run on. Then the other operand layouts (``LAYOUTS``: B read
-plainly, A transposed or both) on ``LAYOUT_SHAPES``: a layout for which the other library
-is faster by ``LAYOUT_MARGIN`` runs on that one. Why per layout: on the Zen 4 of sessions
-18-22 MKL won ``x @ W.T`` and lost the products whose B is read plainly, a convolution's
-``W @ columns`` above all; whole models in-process, NN and TN products on OpenBLAS over
-all on MKL: ResNet-18 0.91x the time at batch 1, 0.89x at batch 8, MobileNetV3-small
-0.93x, ConvNeXt-atto 0.97x, the ResNet-18 training step 0.95x, transformers unchanged
-(docs/perf.md, session 22). The result is written to
-the kernel cache directory, keyed by the CPU and both libraries' versions, so every
-later process (and every test subprocess sharing the cache) reads it instead of timing
-again, and the choice, hence the rounding of every product, does not move between runs
-on one machine. ``HOLOGRAM_BLAS`` overrides it (one library for every layout).
+hologram's threads, each tile one single-threaded BLAS call; ``hg_gemm_on`` names the
+library per call, so timing never rebinds the driver), on one library and then the
+other, alternated, the median of ``REPEATS`` rounds each. Not one thread alone: alone,
+the libraries ran ResNet-18's convolution products within 3-5% of each other; on two
+threads at once MKL's took 1.08-1.35x OpenBLAS's time (session 22). First ``x @ W.T``
+(the layout of every linear layer) on ``SHAPES``: OpenBLAS must beat MKL there by
+``MARGIN`` (MKL also packs constant weights, which OpenBLAS cannot) to be the library
+hologram's GEMMs run on (about 0.2 s, when the first program with a GEMM is compiled).
+Then, when a program first has a product in another operand layout (``LAYOUTS``: B read
+plainly, or A transposed), those layouts on ``LAYOUT_SHAPES`` (another 0.2 s; a
+transformer's inference, all ``x @ W.T``, never pays it): a layout for which the other
+library is faster by ``LAYOUT_MARGIN`` runs on that one. Why per layout: on the Zen 4 of
+sessions 18-22 MKL won ``x @ W.T`` and lost the products whose B is read plainly, a
+convolution's ``W @ columns`` above all; whole models in-process, NN and TN products on
+OpenBLAS over all on MKL: ResNet-18 0.91x the time at batch 1, 0.89x at batch 8,
+MobileNetV3-small 0.93x, ConvNeXt-atto 0.97x, the ResNet-18 training step 0.95x,
+transformers unchanged (docs/perf.md, session 22). The result is written to the kernel
+cache directory, keyed by the CPU and both libraries' versions, so every later process
+(and every test subprocess sharing the cache) reads it instead of timing again, and the
+choice, hence the rounding of every product, does not move between runs on one machine.
+``HOLOGRAM_BLAS`` overrides it (one library for every layout).
 """
 
 from __future__ import annotations
