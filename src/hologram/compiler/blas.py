@@ -16,8 +16,10 @@ hologram[mkl]``) and NumPy's OpenBLAS usable, the faster one on this machine, me
 once and remembered (``blas_choice``): MKL won every model shape on this project's
 AVX-512 machine (single thread, 768-wide products at M=128: 191-195 GFLOP/s against
 OpenBLAS's 153-155; an 8-row product 68 against 29; docs/perf.md, session 9), OpenBLAS
-the wide products on an AVX2 Zen 3 (session 15). Else whichever is usable;
-``HOLOGRAM_BLAS=mkl|openblas`` chooses. hologram
+the wide products on an AVX2 Zen 3 (session 15). The choice is per operand layout
+(``second_provider``, ``hg_gemm_second``): on the Zen 4 of session 22 MKL kept
+``x @ W.T`` and OpenBLAS took the products whose B is read plainly. Else whichever is
+usable; ``HOLOGRAM_BLAS=mkl|openblas`` chooses (one library for every layout). hologram
 links MKL's ILP64 interface, sequential and core layers from the wheel's directory into
 a small library of its own and loads that with RTLD_LOCAL (``mkl_blas`` says why not
 ``libmkl_rt``): MKL starts no threads of its own (our OpenMP threads do the splitting),
