@@ -44,6 +44,17 @@ def _probe(**env: str) -> tuple[str, str, int, float]:
     return name, describe, int(warned), float(total)
 
 
+def _run_fresh(code: str, cache: object) -> str:
+    """stdout of ``code`` in a fresh interpreter with its own kernel cache ``cache`` and
+    neither HOLOGRAM_BLAS nor HOLOGRAM_GEMM set (the measured default decides)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
+    env["HOLOGRAM_CACHE_DIR"] = str(cache)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
 def _want_sum() -> float:
     import numpy as np
 
@@ -97,12 +108,8 @@ def test_a_remembered_measurement_decides_without_timing_again(tmp_path, ratio, 
             "print(blas.provider()[0].name)\n"
             "print(blas.second_provider()[1])\n"
             "print(blas.describe())\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
-    env["HOLOGRAM_CACHE_DIR"] = str(tmp_path / "cache")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    name, mask, describe = r.stdout.strip().split("\n")[-3:]
+    out = _run_fresh(code, tmp_path / "cache")
+    name, mask, describe = out.strip().split("\n")[-3:]
     assert name == want
     assert int(mask) == sum(1 << blas.LAYOUT_INDEX[lay] for lay in moved)
     assert f"OpenBLAS at {ratio:.2f}x MKL's speed" in describe and "remembered" in describe
@@ -126,12 +133,8 @@ def test_layouts_are_timed_only_once_a_program_needs_them(tmp_path):
             "print(record())\n"
             "hologram.jit(lambda x, y: x @ y)(a, a.T.copy())\n"
             "print(sorted(record()))\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("HOLOGRAM_BLAS", "HOLOGRAM_GEMM")}
-    env["HOLOGRAM_CACHE_DIR"] = str(tmp_path / "cache")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split("\n")[-3:-1] == ["None", "['NN', 'TN']"]
+    out = _run_fresh(code, tmp_path / "cache")
+    assert out.split("\n")[-3:-1] == ["None", "['NN', 'TN']"]
 
 
 @pytest.mark.skipif(not (HAVE_MKL or HAVE_OPENBLAS), reason="no BLAS library")
