@@ -126,8 +126,8 @@ def _training_calls(bm: Any, name: str, model: Any, batch: int, size: int, mod: 
 
 
 class _DriverLayouts:
-    """The GEMM driver's layout mask as an attribute: setting it rebinds the second
-    library (the one ``blas.provider()`` did not choose) for those layouts."""
+    """The GEMM driver's layout mask as an attribute (``value``): setting it rebinds the
+    second library (the one ``blas.provider()`` did not choose) for those layouts."""
 
     def __init__(self) -> None:
         import hologram
@@ -146,20 +146,20 @@ class _DriverLayouts:
         self._mask = blas.second_provider()[1]
 
     @property
-    def mask(self) -> int:
+    def value(self) -> int:
         return self._mask
 
-    @mask.setter
-    def mask(self, value: int) -> None:
+    @value.setter
+    def value(self, mask: int) -> None:
         o = self._other
-        self._lib.hg_gemm_second(o.sgemm, o.dgemm, int(o.ilp64), value)
-        self._mask = value
+        self._lib.hg_gemm_second(o.sgemm, o.dgemm, int(o.ilp64), mask)
+        self._mask = mask
 
 
 class _DriverDefine:
-    """A GEMM driver ``#define`` as an attribute: each value's driver built apart, bound
-    like the real one (second library included); setting ``mask`` to a value binds every
-    loaded program to that value's driver."""
+    """A GEMM driver ``#define`` as an attribute (``value``): each value's driver built
+    apart, bound like the real one (second library included); setting ``value`` binds
+    every loaded program to that value's driver."""
 
     def __init__(self, name: str, values: list[str]) -> None:
         from ab_gemm_driver import build
@@ -171,14 +171,14 @@ class _DriverDefine:
             lib = build({name: v}, 100 + i)
             blas.bind_runtime(lib, blas.provider()[0], *blas.second_provider())
             self._drivers[v] = ctypes.cast(lib.hg_gemm, ctypes.c_void_p).value
-        self._mask = values[0]
+        self._value = values[0]
 
     @property
-    def mask(self) -> str:
-        return self._mask
+    def value(self) -> str:
+        return self._value
 
-    @mask.setter
-    def mask(self, value: str) -> None:
+    @value.setter
+    def value(self, value: str) -> None:
         from hologram.compiler import cc
 
         for lib in list(cc._LOADED.values()):
@@ -186,13 +186,13 @@ class _DriverDefine:
             if bind is not None:
                 bind.argtypes = [ctypes.c_void_p]
                 bind(self._drivers[value])
-        self._mask = value
+        self._value = value
 
 
 def _runtime_calls(bm: Any, args: Any, model: Any, inputs: Any, mod: Any,
                    values: list[Any]) -> tuple[list[Callable[[], Any]], list[float]]:
     """One compiled copy (inference, or a CNN's training step with ``--train``), called
-    with ``mod.mask`` set to each value first; errors against eager per value (training:
+    with ``mod.value`` set to each value first; errors against eager per value (training:
     the first step's loss, under the first value only)."""
     import torch
 
@@ -215,20 +215,20 @@ def _runtime_calls(bm: Any, args: Any, model: Any, inputs: Any, mod: Any,
         def result() -> float:
             return bm.rel_err(bm.main_output(inner()), want_out)
 
-    def with_mask(v: Any) -> Callable[[], Any]:
+    def with_value(v: Any) -> Callable[[], Any]:
         def call() -> Any:
-            mod.mask = v
+            mod.value = v
             return inner()
         return call
 
     errs = []
     for v in values:
-        mod.mask = v
+        mod.value = v
         errs.append(result())
         if args.train is not None:  # later steps start from updated weights: not compared
             errs.extend([float("nan")] * (len(values) - 1))
             break
-    return [with_mask(v) for v in values], errs
+    return [with_value(v) for v in values], errs
 
 
 def main() -> None:
@@ -251,13 +251,13 @@ def main() -> None:
     import torch
 
     if args.driver_layouts:
-        mod, attr, values = _DriverLayouts(), "mask", [
+        mod, attr, values = _DriverLayouts(), "value", [
             int(v, 0) for v in args.driver_layouts.split(",")]
         args.setting = "GEMM driver layout mask (run time)"
     elif args.driver_define:
         name, _, text = args.driver_define.partition("=")
         values = [v.strip() for v in text.split(",")]
-        mod, attr = _DriverDefine(name.strip(), values), "mask"
+        mod, attr = _DriverDefine(name.strip(), values), "value"
         args.setting = f"GEMM driver #define {name.strip()} (run time)"
     elif args.setting and args.values:
         mod, attr = _target(args.setting)

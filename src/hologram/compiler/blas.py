@@ -849,8 +849,8 @@ _CHOICE_LOCK = threading.Lock()
 @functools.cache
 def _measured_choice() -> Any:
     """``blas_choice.Choice`` when both libraries are usable and neither ``HOLOGRAM_BLAS``
-    nor ``HOLOGRAM_GEMM`` decides; else None. One thread measures (the measurement binds
-    the GEMM driver to each library in turn); the others wait for its answer."""
+    nor ``HOLOGRAM_GEMM`` decides; else None. One thread measures (two at once would
+    time each other's products); the others wait and read its record."""
     if (os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy"
             or os.environ.get("HOLOGRAM_BLAS", "").strip()):
         return None
