@@ -846,6 +846,12 @@ DEFAULT_ORDER = ("mkl", "openblas")
 _CHOICE_LOCK = threading.Lock()
 
 
+def _both() -> dict[str, Blas] | None:
+    """MKL and OpenBLAS by name when both are usable here, else None."""
+    both = {name: PROVIDERS[name]()[0] for name in DEFAULT_ORDER}
+    return None if any(found is None for found in both.values()) else both  # type: ignore[return-value]
+
+
 @functools.cache
 def _measured_choice() -> Any:
     """``blas_choice.Choice`` when both libraries are usable and neither ``HOLOGRAM_BLAS``
@@ -854,13 +860,13 @@ def _measured_choice() -> Any:
     if (os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy"
             or os.environ.get("HOLOGRAM_BLAS", "").strip()):
         return None
-    both = {name: PROVIDERS[name]()[0] for name in DEFAULT_ORDER}
-    if any(found is None for found in both.values()):
+    both = _both()
+    if both is None:
         return None
     from .blas_choice import choose
 
     with _CHOICE_LOCK:
-        return choose(both["mkl"], both["openblas"])  # type: ignore[arg-type]
+        return choose(both["mkl"], both["openblas"])
 
 
 #: The GEMM driver's layout index (``2 * ta + tb``) of each ``blas_choice`` layout name.
@@ -873,13 +879,13 @@ def second_provider() -> tuple[Blas | None, int]:
     bit mask ``1 << (2 ta + tb)``), where ``blas_choice`` measured it faster for some
     operand layouts; else (None, 0). Measured on first call, when a program first has
     a product in another layout than ``x @ W.T`` (``bind_layouts``)."""
-    if _measured_choice() is None:
+    both = _both()
+    if _measured_choice() is None or both is None:
         return None, 0
     from .blas_choice import choose
 
-    both = {name: PROVIDERS[name]()[0] for name in DEFAULT_ORDER}
     with _CHOICE_LOCK:
-        choice = choose(both["mkl"], both["openblas"], layouts=True)  # type: ignore[arg-type]
+        choice = choose(both["mkl"], both["openblas"], layouts=True)
     if not choice.other_layouts():
         return None, 0
     other = "openblas" if choice.name == "mkl" else "mkl"
@@ -887,20 +893,16 @@ def second_provider() -> tuple[Blas | None, int]:
     return PROVIDERS[other]()[0], mask
 
 
+@functools.cache
 def bind_layouts(cc: Any) -> None:
-    """Give the GEMM driver its second library for the layouts measured faster on it
-    (``second_provider``; measured now if not yet): called when a program about to be
-    compiled has a product whose operands are not read as ``x @ W.T``."""
+    """Give ``cc``'s GEMM driver (``_runtime_lib``) its second library for the layouts
+    measured faster on it (``second_provider``; measured now if not yet), once: called
+    when a program about to be compiled has a product whose operands are not read as
+    ``x @ W.T``."""
     lib = _runtime_lib(cc)
-    if lib is not None and id(lib) not in _LAYOUTS_BOUND:
-        second, mask = second_provider()
-        if second is not None:
-            lib.hg_gemm_second(second.sgemm, second.dgemm, int(second.ilp64), mask)
-        _LAYOUTS_BOUND.add(id(lib))
-
-
-#: GEMM drivers (by id of their loaded library) given their second library already.
-_LAYOUTS_BOUND: set[int] = set()
+    second, mask = second_provider() if lib is not None else (None, 0)
+    if second is not None:
+        lib.hg_gemm_second(second.sgemm, second.dgemm, int(second.ilp64), mask)
 
 
 def int64_sizes() -> bool:
@@ -910,9 +912,8 @@ def int64_sizes() -> bool:
     found, _ = provider()
     if found is None or not found.ilp64:
         return False
-    if _measured_choice() is None:
-        return True
-    return all(PROVIDERS[name]()[0].ilp64 for name in DEFAULT_ORDER)  # type: ignore[union-attr]
+    both = _both()
+    return _measured_choice() is None or both is None or all(b.ilp64 for b in both.values())
 
 
 @functools.cache

@@ -138,7 +138,8 @@ def _signed(v: Value) -> bool:
 #: is an integer, and integers below are exact), or an infinity; SEL's condition and the
 #: movement ops' layout do not matter.
 _INTEGRAL_KEEPING = frozenset({Op.NEG, Op.ABS, Op.ADD, Op.SUB, Op.MUL, Op.MAD, Op.FMA,
-                               Op.MIN, Op.MAX, Op.RSUM, Op.RMAX, Op.RMIN, *MOVEMENT})
+                               Op.MIN, Op.MAX, Op.RSUM, Op.RMAX, Op.RMIN, Op.CVT,
+                               *MOVEMENT})
 #: Ops whose float result is integral whatever their operands.
 _INTEGRAL_ALWAYS = frozenset({Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT, Op.IOTA})
 
@@ -148,13 +149,10 @@ def _integral(v: Value, depth: int = 24) -> bool:
     construction (so rounding it changes nothing): integer or bool values converted,
     integral constants, rounding ops, IOTA, and sums, products, extremes, negations and
     movements of such. ``depth`` bounds the walk (index arithmetic is shallow)."""
-    if v.dtype.kind != "f":
+    if v.dtype.kind != "f" or v.op in _INTEGRAL_ALWAYS:  # integers and bools included
         return True
-    if v.op in _INTEGRAL_ALWAYS:
+    if v.op is Op.CVT and v.srcs[0].dtype.kind != "f":  # an integer or bool converted
         return True
-    if v.op is Op.CVT:
-        return v.srcs[0].dtype.kind in ("i", "b") or (
-            depth > 0 and _integral(v.srcs[0], depth - 1))
     if v.op is Op.CONST:
         x = float(v.attr("value"))
         return not math.isfinite(x) or x == math.floor(x)
