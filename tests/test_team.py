@@ -246,3 +246,42 @@ def test_a_stored_concat_is_one_team_job():
                     np.testing.assert_array_equal(got, w)
         finally:
             hg.set_num_threads(None)
+
+
+
+_SPREAD_PROBE = C_PRELUDE + r"""
+#if defined(_OPENMP) && defined(__linux__)
+void spread_from(int caller, long caller_tid) { hg_omp_spread(caller, caller_tid); }
+#endif
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2,
+                    reason="moves threads between CPUs: Linux with two or more CPUs")
+def test_an_openmp_worker_on_its_callers_cpu_moves_off_it():
+    """OpenMP's workers get the team's spread (``cc.THREADS_C``'s ``hg_omp_spread``,
+    which ``hg_par_nt`` calls on each worker as a region opens): a thread on the
+    caller's CPU takes the caller's allowed CPUs less that one; a thread elsewhere is
+    left alone. Run on a thread of its own, pinned where the test needs it."""
+    cc = CCompiler.find()
+    if cc is None or "-fopenmp" not in cc.flags:
+        pytest.skip("needs a C compiler with OpenMP")
+    lib = cc.compile(_SPREAD_PROBE, {"test": "omp-spread"})
+    lib.spread_from.argtypes = [ctypes.c_int, ctypes.c_long]
+    cpus = sorted(os.sched_getaffinity(0))
+    caller_tid = threading.get_native_id()
+    seen: dict[str, set[int]] = {}
+
+    def worker(where: int, caller_cpu: int, name: str) -> None:
+        os.sched_setaffinity(0, {where})  # this thread only
+        lib.spread_from(caller_cpu, caller_tid)
+        seen[name] = os.sched_getaffinity(0)
+
+    for args in ((cpus[0], cpus[0], "collides"), (cpus[1], cpus[0], "elsewhere")):
+        t = threading.Thread(target=worker, args=args)
+        t.start()
+        t.join()
+    assert seen["collides"] == set(cpus) - {cpus[0]}
+    assert seen["elsewhere"] == {cpus[1]}
+    src = C_PRELUDE[C_PRELUDE.index("static inline void hg_par_nt"):]
+    assert "hg_omp_spread(caller, caller_tid)" in src.split("#pragma omp for")[0]

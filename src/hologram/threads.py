@@ -176,6 +176,12 @@ def threading() -> tuple[str, str]:
 
 def _point(lib: Any, address: Any, mode: str) -> None:
     ctypes.c_void_p.in_dll(lib, "hg_team").value = address() if mode == "team" else None
+    try:  # OpenMP's workers move off the caller's CPU when the team's would
+        from .compiler import team
+
+        ctypes.c_int.in_dll(lib, "hg_omp_spreads").value = int(team.SPREAD)
+    except ValueError:  # not Linux, or no OpenMP: nothing to move
+        pass
 
 
 def bind_team(lib: Any, address: Any) -> None:

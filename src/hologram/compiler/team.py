@@ -50,7 +50,9 @@ from typing import Any
 #: (16K elements: 19-21 us against 11-12; 1000 us: 11-15, as OpenMP's spinning pool;
 #: docs/perf.md, session 11). OpenMP's libgomp spins longer still by default.
 SPIN_US = 1000
-#: Whether a worker on its caller's CPU moves off it (``hg_spread``).
+#: Whether a worker on its caller's CPU moves off it (``hg_spread``); OpenMP's workers
+#: follow the same setting when hologram's loops run on them (``cc.THREADS_C``'s
+#: ``hg_omp_spread``, applied by ``hologram.threads``).
 SPREAD = True
 
 SOURCE = r"""
