@@ -160,7 +160,7 @@ def _in_order_ms(fns: list[Any], repeat: int) -> list[float]:
 
 
 def profile(model: str, batch: int, repeat: int, top: int, source: str | None = None,
-            train: int | None = None) -> None:
+            train: int | None = None, by: str = "alone") -> None:
     import hologram
     import hologram_torch  # noqa: F401  (registers backend="hologram")
     from hologram.backends.cpu import _put_packed
@@ -210,6 +210,8 @@ def profile(model: str, batch: int, repeat: int, top: int, source: str | None = 
               f"in order; GEMM steps {sum(r[0] for r in gemm):.2f} alone, "
               f"{sum(r[4] for r in gemm):.2f} in order")
     print(f"{'ms':>8} {'share':>6} {'in order':>8}  program/step  stores")
+    if by == "penalty":  # what a step pays for its place in the program
+        rows.sort(key=lambda r: r[4] - r[0], reverse=True)
     for ms, name, pi, what, seq_ms in rows[:top]:
         print(f"{ms:8.3f} {100 * ms / total:5.1f}% {seq_ms:8.3f}  p{pi}/{name:<9} {what}")
 
@@ -224,8 +226,11 @@ def main() -> None:
                    help="profile a CNN's training step at SIZE x SIZE instead")
     p.add_argument("--source", metavar="PATH",
                    help="also write each program's C source to PATH.<program>.c")
+    p.add_argument("--sort", choices=["alone", "penalty"], default="alone",
+                   help="rows by time alone, or by in order less alone")
     args = p.parse_args()
-    profile(args.model, args.batch, args.repeat, args.top, args.source, args.train)
+    profile(args.model, args.batch, args.repeat, args.top, args.source, args.train,
+            args.sort)
 
 
 if __name__ == "__main__":

@@ -105,3 +105,63 @@ def test_convolution_backward_gradcheck(shape, o, k, s, p, d, g):
         assert torch.autograd.gradcheck(f, (x, w, b))
     assert {gr.kind for gr in graphs} >= {"forward", "backward"}
     assert [op for gr in graphs for op, _ in gr.torch_ops] == []
+
+
+class _ConvMlp(torch.nn.Module):
+    """ConvNeXt's block MLP as timm writes it with ``conv_mlp``: a layer norm run
+    channels-last (permute, layer_norm, permute back), then two 1x1 convolutions with
+    GELU between, added to the input."""
+
+    def __init__(self, c: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(c)
+        self.fc1 = torch.nn.Conv2d(c, hidden, 1)
+        self.fc2 = torch.nn.Conv2d(hidden, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(y)))
+
+
+@pytest.mark.parametrize("shape,hidden,fires", [
+    ((2, 8, 8, 8), 64, 1),    # fc1 (64 of 128 positions)
+    ((1, 64, 9, 9), 72, 2),   # both: fc2 reads fc1's pixel-major result
+    ((2, 4, 5, 6), 80, 0),    # too few positions and channels: the batched products
+])
+def test_a_1x1_convolution_of_channels_last_data_is_one_gemm_over_positions(shape, hidden,
+                                                                            fires):
+    """A 1x1 convolution whose input is channels-last data permuted back (ConvNeXt's
+    MLP) is one GEMM with the positions as rows (``convolution._pixel_major_conv``)
+    where the output has ``PIXEL_MAJOR_MIN_OUT`` channels or more and no more than the
+    positions; eager's result in float64, NaN kept in its position, forward and
+    backward."""
+    from hologram_torch.lowering import convolution
+
+    calls = []
+    orig = convolution._pixel_major_conv
+    torch.manual_seed(0)
+    m = _ConvMlp(shape[1], hidden).double()
+    x = torch.randn(shape, dtype=torch.float64)
+    x[0, :, 1, 2] = float("nan")
+    try:
+        convolution._pixel_major_conv = lambda *a: calls.append(a) or orig(*a)
+        y, fell_back = _run(m, x)
+    finally:
+        convolution._pixel_major_conv = orig
+    b, c, h, w = shape
+    assert sum(convolution.PIXEL_MAJOR_MIN_OUT <= o <= b * h * w for o in (hidden, c)) == fires
+    assert fell_back == [] and len(calls) == fires
+    torch.testing.assert_close(y, m(x), rtol=1e-12, atol=1e-12, equal_nan=True)
+    # backward through it: the input's and the weights' gradients are eager's
+    x.nan_to_num_()
+    torch._dynamo.reset()
+    f = torch.compile(m, backend="hologram")
+    g = torch.randn(shape, dtype=torch.float64)
+    grads = []
+    for fn in (f, m):
+        xg = x.clone().requires_grad_(True)
+        m.zero_grad()
+        (fn(xg) * g).sum().backward()
+        grads.append([xg.grad, m.fc1.weight.grad.clone(), m.fc2.weight.grad.clone()])
+    for got, want in zip(*grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)

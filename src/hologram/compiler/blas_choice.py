@@ -65,14 +65,17 @@ LAYOUTS = {"NN": (False, False), "TN": (True, False)}
 LAYOUT_SHAPES = ((64, 576, 3136), (256, 2304, 196))
 #: The library not chosen by ``SHAPES`` runs a layout when it is this much faster there.
 LAYOUT_MARGIN = 1.03
-#: Alternated rounds per library and shape, each a warm-up call and the best of two
-#: timed ones; the median over rounds counts (the best of three single calls chose
-#: differently from run to run, session 22).
-REPEATS = 5
+#: Alternated rounds per library and shape, one timed call each after a first round
+#: that warms caches and loads kernels; the median over rounds counts (the best of
+#: three single calls chose differently from run to run, session 22). Nine single calls
+#: spread less than session 22's five rounds of a warm-up call and the best of two, in
+#: 0.6 of the time (12 measurements each on the Zen 4: x @ W.T 0.89-0.95 against
+#: 0.91-0.94, NN 1.11-1.17 against 1.06-1.24; docs/perf.md, session 23).
+REPEATS = 9
 #: OpenBLAS is chosen only when its geometric-mean speed is this much above MKL's.
 MARGIN = 1.10
 #: Bump when what is measured changes, so old records are not trusted.
-VERSION = "2"
+VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -153,16 +156,12 @@ def _ratio(lib: Any, libs: dict[str, Blas], shapes: tuple[tuple[int, int, int], 
         for r in range(REPEATS + 1):  # the first round warms caches and loads kernels
             for name in (list(libs) if r % 2 else list(libs)[::-1]):
                 found = libs[name]
-                best = float("inf")
-                for call in range(3):  # the first warms the library's buffers
-                    t = time.perf_counter()
-                    lib.hg_gemm_on(ctypes.byref(d), x.ctypes.data, w.ctypes.data,
-                                   c.ctypes.data, found.sgemm, found.dgemm, int(found.ilp64),
-                                   found.set_threads or None)
-                    if call:
-                        best = min(best, time.perf_counter() - t)
+                t = time.perf_counter()
+                lib.hg_gemm_on(ctypes.byref(d), x.ctypes.data, w.ctypes.data,
+                               c.ctypes.data, found.sgemm, found.dgemm, int(found.ilp64),
+                               found.set_threads or None)
                 if r:
-                    times[name].append(best)
+                    times[name].append(time.perf_counter() - t)
         logs.append(np.log(np.median(times["mkl"]) / np.median(times["openblas"])))
     return float(np.exp(np.mean(logs)))
 

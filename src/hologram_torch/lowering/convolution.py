@@ -20,6 +20,9 @@ element-wise ops and the library GEMM), no instruction of its own:
   epilogue, per tile while it is in cache, so batch norm costs no pass of its own
   without being folded into the weight (which would need the weight to be a constant:
   hologram does not assume that).
+* **Positions as rows** (a 1x1 convolution of channels-last data, ConvNeXt's MLP):
+  ``[B*L, C] @ W^T``, one GEMM over the batch, its result viewed channels-first
+  (:func:`_pixel_major_conv`, ``PIXEL_MAJOR_MIN_OUT`` says when).
 * **Winograd** (dense 3x3 stride-1 float32 with >= 196 output positions per image):
   F(4x4 or 2x2, 3x3) in :mod:`.winograd`, one GEMM batched over the tile positions with
   4x or 2.25x fewer multiply-adds; the im2col GEMM above already ran near one core's
@@ -53,7 +56,9 @@ from typing import Any
 
 import torch
 
+from hologram.compiler.rules import ELEMENTWISE_OPS
 from hologram.isa.builder import Var, concat, const
+from hologram.isa.opcodes import Op
 from hologram.isa.value import Value
 
 from . import winograd
@@ -289,7 +294,9 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         # 1x1 kernel: the dense form below serves it (one GEMM per image).
         y = _patch_conv(x, weight, tuple(outs))
         return y + bias.reshape((o, *(1,) * len(outs))) if bias is not None else y
-    if cg == 1 and _flat_plane(kernel, stride, dilation, outs):
+    if _pixel_major(x, weight, stride, padding, groups):
+        y = _pixel_major_conv(x, weight)
+    elif cg == 1 and _flat_plane(kernel, stride, dilation, outs):
         y = _depthwise_flat(x, weight, padding, outs)
     elif cg == 1:  # direct: one input channel per group (depthwise)
         tp = taps(x, kernel, stride, padding, dilation, outs)
@@ -305,6 +312,68 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
     if bias is not None:
         y = y + bias.reshape((o, *(1,) * len(outs)))
     return y
+
+
+#: A 1x1 convolution whose input is channels-last data viewed channels-first (ConvNeXt's
+#: MLP after its channels-last layer norm) is one GEMM with the positions as rows,
+#: ``[B*L, C] @ W^T``, when its output has at least this many channels and no more
+#: than the positions; otherwise the weight times the columns, as for every other
+#: convolution. Through the GEMM driver here, a row-major product is faster with the
+#: longer side as its rows, until the other gets narrow: ConvNeXt-atto at batch 8,
+#: 640x160x1568 (channels x ... x positions) 1.91 ms, as 1568x160x640 1.60; 160 -> 40
+#: channels over 25088 positions 2.6 ms per image against 3.4 as one [25088, 40]
+#: product; the whole model 0.970-0.991x the time at batch 8, 0.994x at batch 1
+#: (in-process A/Bs, docs/perf.md, session 23). The result is pixel-major: GELU and
+#: the bias run on it in its layout, and the second 1x1 convolution takes it as is.
+PIXEL_MAJOR_MIN_OUT = 64
+
+
+def _channels_last_source(v: Value, ndim: int) -> bool:
+    """Whether ``v`` (``[B, C, *spatial]``) is channels-last data permuted to
+    channels-first, possibly under element-wise ops (a GELU, a bias, a layer norm's
+    affine) whose every full-size operand leads back to such a permute."""
+    channels_first = (0, ndim - 1, *range(1, ndim - 1))
+    seen: dict[int, bool] = {}
+
+    def ok(u: Value, budget: list[int]) -> bool:
+        if id(u) in seen:
+            return seen[id(u)]
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        if u.op is Op.PERMUTE:
+            r = tuple(u.attr("perm")) == channels_first
+        elif u.op in ELEMENTWISE_OPS:
+            big = [x for x in u.srcs if x.op not in (Op.CONST, Op.EXPAND)]
+            r = bool(big) and all(ok(x, budget) for x in big)
+        else:
+            r = False
+        seen[id(u)] = r
+        return r
+
+    return ok(v, [256])
+
+
+def _pixel_major(x: Var, weight: Var, stride: Sequence[int], padding: Sequence[int],
+                 groups: int) -> bool:
+    o, positions = weight.shape[0], x.shape[0] * math.prod(x.shape[2:])
+    return (groups == 1 and all(k == 1 for k in weight.shape[2:])
+            and all(s == 1 for s in stride) and not any(padding)
+            and PIXEL_MAJOR_MIN_OUT <= o <= positions
+            and _channels_last_source(x.v, x.ndim))
+
+
+def _pixel_major_conv(x: Var, weight: Var) -> Var:
+    """A 1x1 convolution of channels-last data (ConvNeXt's MLP, whose layer norm runs
+    channels-last) as ONE GEMM over the batch with the positions as rows: ``[B*L, C]
+    @ W^T``, returned as the view ``[B, O, *spatial]``."""
+    b, c = x.shape[:2]
+    o = weight.shape[0]
+    nd = x.ndim
+    spatial = x.shape[2:]
+    rows = x.permute((0, *range(2, nd), 1)).reshape((b * math.prod(spatial), c))
+    y = (rows @ weight.reshape((o, c)).T).reshape((b, *spatial, o))
+    return y.permute((0, nd - 1, *range(1, nd - 1)))
 
 
 #: A 2-D depthwise convolution whose output rows are at most this wide is computed over
