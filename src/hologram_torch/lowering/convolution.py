@@ -384,9 +384,13 @@ def _pixel_major_conv(x: Var, weight: Var) -> Var:
 #: Session 18 (Zen 4, AVX-512; the whole program: padding, sum, bias; batch 8,
 #: interleaved in one process, one and two threads; docs/perf.md), the flat form's time
 #: over the rows': 7x7 planes 0.69-0.82, 14x14 0.72-0.95, 28x28 0.75-0.81, 56x56
-#: 0.95-0.97 (rows of 56 nearly fill vectors; not taken). Session 15 (Zen 3, one
-#: thread): 7x7 and 14x14 planes 0.68-0.80, 28x28 with a 3x3 kernel 1.0.
-FLAT_MAX_WIDTH = 28
+#: 0.95-0.97 (rows of 56 nearly fill vectors; not taken then). Session 15 (Zen 3, one
+#: thread): 7x7 and 14x14 planes 0.68-0.80, 28x28 with a 3x3 kernel 1.0. Session 23
+#: took 56: each row of the tap loop began by setting up its 49 taps again (GCC keeps a
+#: pointer per tap and spills them), which one 3472-long row per channel pays once:
+#: ConvNeXt-atto's 7x7 on 56x56 planes 1.34 -> 1.11 ms per call at batch 8, the whole
+#: model 0.987x the time (twice) at batch 8 and 0.981x at batch 1 (in-process A/Bs).
+FLAT_MAX_WIDTH = 56
 #: ... and has at least this many taps: the measured 5x5 and 7x7 kernels, whose sums are
 #: work enough for the scheduler to store (``schedule.SHARED_MIN_WORK``).
 FLAT_MIN_TAPS = 25
