@@ -59,6 +59,7 @@ CASES = [  # (input shape, out channels, kernel, stride, padding, dilation, grou
     ((2, 4, 10, 12), 6, (3, 1), (2, 1), (1, 0), 1, 1),  # asymmetric kernel
     ((2, 6, 7, 9), 12, 5, 1, 2, 1, 6),         # depthwise over a narrow plane: flat form
     ((1, 3, 5, 40), 3, 5, 1, 2, 1, 3),         # flat form, rows wider than a vector
+    ((1, 4, 11, 10), 4, 3, (3, 2), 1, 2, 4),   # depthwise, strided and dilated: phase taps
 ]
 
 
