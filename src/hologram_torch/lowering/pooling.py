@@ -10,10 +10,10 @@ separable, a product of one IOTA expression per spatial dim.
 The adaptive pool's backward multiplies the gradient by a window-membership matrix per
 spatial dim (its windows may overlap and differ in length). Its forward runs as
 PyTorch's decomposition (``lowering.DECOMPOSE``): avg_pool2d where the sizes divide,
-GATHERs otherwise. Max pooling forward is the taps too (the input padded with -inf; a strided pool reads
-them from phase-major planes, ``convolution.phase_taps``: ResNet-18 0.98x the time at
-batch 1, its training step 0.98x, batch 8 level), a
-chain of selects over them that keeps each window's maximum and its index, ATen's CPU
+GATHERs otherwise. Max pooling forward is the taps too (the input padded with -inf; a
+strided pool reads them from phase-major planes, ``convolution.phase_taps``: ResNet-18
+0.98x the time at batch 1, its training step 0.98x, batch 8 level), a chain of selects
+over them that keeps each window's maximum and its index, ATen's CPU
 rule: a later element wins when it is greater or NaN, and a window of -inf alone keeps
 its first element inside the input. The index chain is dead code where nothing reads
 the indices (inference), so a pool there is one fused kernel of taps. PyTorch's
