@@ -38,8 +38,8 @@ from hologram.isa import dtypes
 from hologram.isa.builder import Var, const
 from hologram.isa.opcodes import Op
 
-from .context import Ctx, Unsupported, and_, not_, or_
 from . import convolution
+from .context import Ctx, Unsupported, and_, not_, or_
 from .convolution import conv_input_grad, conv_nd, phase_taps, taps
 
 aten = torch.ops.aten
