@@ -87,6 +87,24 @@ def out_size(n: int, k: int, s: int, p: int, d: int, ceil: bool = False) -> int:
     return o
 
 
+def _grid(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+          dilation: Sequence[int], outs: Sequence[int], fill: float
+          ) -> tuple[Var, tuple[int, ...]]:
+    """``x`` padded with ``fill`` (or cropped) to ``q * stride`` per spatial dim, ``q``
+    rows of ``stride``: enough for every tap's window; viewed ``[B, C, q1, s1, q2, s2,
+    ...]``. Returns the view and the ``q``s."""
+    pads: list[int] = []
+    split: list[int] = [*x.shape[:2]]
+    qs: list[int] = []
+    for n, k, st, p, d, o in zip(x.shape[2:], kernel, stride, padding, dilation, outs,
+                                 strict=True):
+        q = -(-((k - 1) * d + st * o) // st)
+        pads[:0] = [p, q * st - n - p]  # F.pad order: last dim first
+        split += [q, st]
+        qs.append(q)
+    return pad_with(x, pads, const(fill, x.dtype, ())).reshape(tuple(split)), tuple(qs)
+
+
 def taps(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
          dilation: Sequence[int], outs: Sequence[int], fill: float = 0.0) -> list[Var]:
     """``x [B, C, *P]``: for each kernel position (row-major), the view ``[B, C, *outs]``
@@ -94,15 +112,7 @@ def taps(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence
     pad/crop per spatial dim, a RESHAPE and a SLICE per tap."""
     lead = x.shape[:2]
     nd = len(kernel)
-    pads: list[int] = []
-    split: list[int] = [*lead]
-    for n, k, s, p, d, o in zip(x.shape[2:], kernel, stride, padding, dilation, outs,
-                                strict=True):
-        q = -(-((k - 1) * d + s * o) // s)  # rows of s: enough for every tap's window
-        pads[:0] = [p, q * s - n - p]  # F.pad order: last dim first
-        split += [q, s]
-    xp = pad_with(x, pads, const(fill, x.dtype, ()))
-    grid = xp.reshape(tuple(split))
+    grid, _ = _grid(x, kernel, stride, padding, dilation, outs, fill)
     views = []
     for pos in itertools.product(*(range(k) for k in kernel)):
         starts, sizes = [0, 0], [*lead]
@@ -132,19 +142,10 @@ def phase_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
     ones' pace."""
     lead = x.shape[:2]
     nd = len(kernel)
-    pads: list[int] = []
-    split: list[int] = [*lead]
-    qs: list[int] = []
-    for n, k, st, p, d, o in zip(x.shape[2:], kernel, stride, padding, dilation, outs,
-                                 strict=True):
-        q = -(-((k - 1) * d + st * o) // st)
-        pads[:0] = [p, q * st - n - p]
-        split += [q, st]
-        qs.append(q)
     # the padded input as rows of `stride` (taps' grid), each phase a strided view of
     # it; the padded input is stored once and the planes copied from it (built from
     # strided windows of x straight away, the planes' copy ran 2.2x slower)
-    grid = pad_with(x, pads, const(fill, x.dtype, ())).reshape(tuple(split))
+    grid, qs = _grid(x, kernel, stride, padding, dilation, outs, fill)
     phases = list(itertools.product(*(range(st) for st in stride)))
     planes = []
     for ph in phases:
@@ -406,6 +407,9 @@ def _channels_last_source(v: Value, ndim: int) -> bool:
 
 def _pixel_major(x: Var, weight: Var, stride: Sequence[int], padding: Sequence[int],
                  groups: int) -> bool:
+    """Whether a convolution runs as :func:`_pixel_major_conv` (see
+    ``PIXEL_MAJOR_MIN_OUT``): 1x1, stride 1, unpadded, dense, its input channels-last
+    data viewed channels-first."""
     o, positions = weight.shape[0], x.shape[0] * math.prod(x.shape[2:])
     return (groups == 1 and all(k == 1 for k in weight.shape[2:])
             and all(s == 1 for s in stride) and not any(padding)
