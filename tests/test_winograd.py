@@ -114,8 +114,10 @@ def test_the_winograd_path_is_one_gemm_per_tile_position(name):
 
 
 def test_small_or_strided_convolutions_stay_direct():
-    x, w = b.ldg(0, "f32", (2, 8, 7, 7)), b.ldg(1, "f32", (8, 8, 3, 3))
-    assert not winograd.applies(b.Var(x), b.Var(w), (1, 1), (1, 1), 1, (7, 7))
+    x, w = b.ldg(0, "f32", (2, 8, 6, 6)), b.ldg(1, "f32", (8, 8, 3, 3))
+    assert not winograd.applies(b.Var(x), b.Var(w), (1, 1), (1, 1), 1, (6, 6))  # 36 < 49
+    x = b.ldg(0, "f32", (2, 8, 7, 7))  # ResNet-18's last stage: Winograd since session 23
+    assert winograd.applies(b.Var(x), b.Var(w), (1, 1), (1, 1), 1, (7, 7))
     x = b.ldg(0, "f32", (2, 8, 32, 32))
     assert not winograd.applies(b.Var(x), b.Var(w), (2, 2), (1, 1), 1, (16, 16))
     assert not winograd.applies(b.Var(x), b.Var(w), (1, 1), (2, 2), 1, (28, 28))

@@ -23,7 +23,7 @@ element-wise ops and the library GEMM), no instruction of its own:
 * **Positions as rows** (a 1x1 convolution of channels-last data, ConvNeXt's MLP):
   ``[B*L, C] @ W^T``, one GEMM over the batch, its result viewed channels-first
   (:func:`_pixel_major_conv`, ``PIXEL_MAJOR_MIN_OUT`` says when).
-* **Winograd** (dense 3x3 stride-1 float32 with >= 196 output positions per image):
+* **Winograd** (dense 3x3 stride-1 float32 with >= 49 output positions per image):
   F(4x4 or 2x2, 3x3) in :mod:`.winograd`, one GEMM batched over the tile positions with
   4x or 2.25x fewer multiply-adds; the im2col GEMM above already ran near one core's
   peak, so only fewer products could pass Inductor (docs/perf.md, "Session 13").

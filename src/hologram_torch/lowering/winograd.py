@@ -68,11 +68,15 @@ TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
         [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]),
 }
 
-#: Output positions per image from which a convolution takes the Winograd path
-#: (measured, docs/perf.md "Session 13, CNN inference"): at 7x7 (ResNet-18's last
-#: stage) the tiles overhang the output and the transformed weight (16 x O x C, 16 MB
-#: per call there) costs what the products save; the whole model ran 5% slower.
-MIN_POSITIONS = 196
+#: Output positions per image from which a convolution takes the Winograd path. At 7x7
+#: (ResNet-18's last stage) the tiles overhang the output and the transformed weight
+#: (16 x O x C, 16 MB per call there) is recomputed per call: the whole model ran 5%
+#: slower in session 13 (docs/perf.md "Session 13, CNN inference"). With the products'
+#: NN layout on OpenBLAS since session 22 it ran faster: ResNet-18 at batch 8 0.977,
+#: 0.975 and 0.959x the time (in-process A/Bs, sessions 22 and 23; the stage's 3x3
+#: convolutions 11.3 -> ~9.5 ms each, 2.2 ms of it the weight's transform), its
+#: training step level (0.993), a cold first call 0.4-0.5 s longer.
+MIN_POSITIONS = 49
 #: Images per call from which a convolution takes the Winograd path: at batch 1 the
 #: transforms' C (ResNet-18: 2.7 -> 4.9 s for a cold first call, 0.24 of Inductor's
 #: against the issue's fifth) buys 4% of a call (31.0 -> 29.8 ms on one thread,
