@@ -105,6 +105,28 @@ def _simd_decls(names: Sequence[str]) -> list[str]:
 #: ``HG_NT`` threads. A ``num_threads`` clause and not ``omp_set_num_threads``: the
 #: process's OpenMP runtime may be the one PyTorch loaded (one ``libgomp.so.1`` per
 #: process), and setting its default would change PyTorch's thread count under it.
+#: ``hg_omp_spread(caller, caller_tid)``: the calling thread, when it runs on CPU
+#: ``caller``, takes thread ``caller_tid``'s allowed CPUs less that one (none left: it
+#: stays). Linux only; one syscall to read the CPU, two more only on a collision. Used
+#: by OpenMP's workers (``THREADS_C``) and by the team's (``team.py``'s ``hg_spread``).
+SPREAD_C = "\n".join([
+    "#include <sys/syscall.h>",
+    "#include <unistd.h>",
+    "extern int sched_getcpu(void);",
+    "#define HG_MASK_WORDS 16",
+    "#define HG_WORD_BITS (8 * (int)sizeof(unsigned long))",
+    "static inline void hg_omp_spread(int caller, long caller_tid) {",
+    "  if (caller < 0 || caller >= HG_MASK_WORDS * HG_WORD_BITS || sched_getcpu() != caller)",
+    "    return;",
+    "  unsigned long m[HG_MASK_WORDS] = {0};",
+    "  if (syscall(SYS_sched_getaffinity, caller_tid, sizeof m, m) <= 0) return;",
+    "  m[caller / HG_WORD_BITS] &= ~(1UL << (caller % HG_WORD_BITS));",
+    "  unsigned long any = 0;",
+    "  for (int i = 0; i < HG_MASK_WORDS; i++) any |= m[i];",
+    "  if (any) syscall(SYS_sched_setaffinity, 0, sizeof m, m);",
+    "}",
+])
+
 THREADS_C = "\n".join([
     "/* A library built in parts (cc.py's split build) defines its globals in the first",
     "   part only; the others (-DHG_PART) declare them. */",
@@ -123,23 +145,9 @@ THREADS_C = "\n".join([
     "#if defined(_OPENMP) && defined(__linux__)",
     "/* OpenMP's workers move off their caller's CPU as the team's do (team.py's",
     "   hg_spread, which says why); hologram.threads clears hg_omp_spreads to turn it off. */",
-    "#include <sys/syscall.h>",
-    "#include <unistd.h>",
-    "extern int sched_getcpu(void);",
+    SPREAD_C,
     "HG_GLOBAL(int hg_omp_spreads, 1);",
     "static _Thread_local long hg_self_tid;",
-    "#define HG_MASK_WORDS 16",
-    "#define HG_WORD_BITS (8 * (int)sizeof(unsigned long))",
-    "static inline void hg_omp_spread(int caller, long caller_tid) {",
-    "  if (caller < 0 || caller >= HG_MASK_WORDS * HG_WORD_BITS || sched_getcpu() != caller)",
-    "    return;",
-    "  unsigned long m[HG_MASK_WORDS] = {0};",
-    "  if (syscall(SYS_sched_getaffinity, caller_tid, sizeof m, m) <= 0) return;",
-    "  m[caller / HG_WORD_BITS] &= ~(1UL << (caller % HG_WORD_BITS));",
-    "  unsigned long any = 0;",
-    "  for (int i = 0; i < HG_MASK_WORDS; i++) any |= m[i];",
-    "  if (any) syscall(SYS_sched_setaffinity, 0, sizeof m, m);",
-    "}",
     "#endif",
     "typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);",
     "typedef void (*hg_team_fn)(hg_chunk_fn, void *, int64_t, int64_t, int);",

@@ -66,6 +66,7 @@ SOURCE = r"""
 #include <time.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+/* hg:spread (cc.SPREAD_C: hg_omp_spread) */
 
 typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);
 
@@ -124,21 +125,17 @@ static void hg_claim(uint64_t gen, int tid) {
   }
 }
 
-/* A worker that finds itself on the caller's CPU moves off it. Linux balances run
-   queues by their length, so with one core taken by another process (three runnable
+/* A worker that finds itself on the caller's CPU moves off it (cc.SPREAD_C's
+   hg_omp_spread, which OpenMP's workers use too). Linux balances run queues by their
+   length, so with one core taken by another process (three runnable
    threads on two cores) it leaves the caller and the worker sharing one core, the other
    process alone on the other, indefinitely: the team then has one core, not the one and
    a half a fair share gives (issue 21 sampled this placement in ~60% of a busy GEMM's
    time). The worker takes the caller's allowed CPUs less the caller's own, so it never
    leaves what the process may use; a syscall only on a collision. */
 static void hg_spread(void) {
-  const int caller = atomic_load_explicit(&hg_caller_cpu, memory_order_relaxed);
-  if (caller < 0 || sched_getcpu() != caller) return;
-  cpu_set_t allowed;
-  if (sched_getaffinity((pid_t)atomic_load_explicit(&hg_caller_tid, memory_order_relaxed),
-                        sizeof allowed, &allowed) != 0) return;
-  CPU_CLR(caller, &allowed);
-  if (CPU_COUNT(&allowed) > 0) sched_setaffinity(0, sizeof allowed, &allowed);
+  hg_omp_spread(atomic_load_explicit(&hg_caller_cpu, memory_order_relaxed),
+                atomic_load_explicit(&hg_caller_tid, memory_order_relaxed));
 }
 
 static void *hg_worker(void *arg) {
@@ -260,7 +257,11 @@ RUNTIME_KEY = {"runtime": "team"}
 
 def library_source() -> str:
     """The team's C source."""
-    return f"#define HG_SPIN_US {SPIN_US}.0\n#define HG_SPREAD {int(SPREAD)}\n" + SOURCE
+    from .cc import SPREAD_C
+
+    mark = "/* hg:spread (cc.SPREAD_C: hg_omp_spread) */"
+    return (f"#define HG_SPIN_US {SPIN_US}.0\n#define HG_SPREAD {int(SPREAD)}\n"
+            + SOURCE.replace(mark, mark + "\n" + SPREAD_C))
 
 
 def runtime(cc: Any) -> int:
