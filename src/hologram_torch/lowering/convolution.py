@@ -164,6 +164,16 @@ def phase_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
     return views
 
 
+def window_views(x: Var, kernel: Sequence[int], stride: Sequence[int],
+                 padding: Sequence[int], dilation: Sequence[int], outs: Sequence[int],
+                 fill: float = 0.0) -> list[Var]:
+    """The taps a direct kernel sums or compares (depthwise convolutions, max pools):
+    :func:`phase_taps` for a strided window (``PHASE_TAPS``), else :func:`taps`."""
+    strided = PHASE_TAPS and any(st > 1 for st in stride)
+    return (phase_taps if strided else taps)(x, kernel, stride, padding, dilation, outs,
+                                             fill)
+
+
 def _window(x: Var, axis: int, n_out: int, stride: int, off: int,
             fill: Value) -> tuple[Var, int, int] | None:
     """Along ``axis``: the elements ``x[o * stride + off]`` that lie inside ``x`` for
@@ -349,8 +359,7 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
     elif cg == 1 and _flat_plane(kernel, stride, dilation, outs):
         y = _depthwise_flat(x, weight, padding, outs)
     elif cg == 1:  # direct: one input channel per group (depthwise)
-        strided = PHASE_TAPS and any(st > 1 for st in stride)
-        tp = (phase_taps if strided else taps)(x, kernel, stride, padding, dilation, outs)
+        tp = window_views(x, kernel, stride, padding, dilation, outs)
         y = _weighted_taps(tp, weight).reshape((b, o, *outs))
     elif winograd.applies(x, weight, tuple(stride), tuple(dilation), groups, tuple(outs)):
         y = winograd.conv3x3(x, weight, tuple(padding), tuple(outs))
@@ -385,24 +394,26 @@ def _channels_last_source(v: Value, ndim: int) -> bool:
     affine) whose every full-size operand leads back to such a permute."""
     channels_first = (0, ndim - 1, *range(1, ndim - 1))
     seen: dict[int, bool] = {}
+    budget = 256  # values looked at, at most
 
-    def ok(u: Value, budget: list[int]) -> bool:
+    def ok(u: Value) -> bool:
+        nonlocal budget
         if id(u) in seen:
             return seen[id(u)]
-        budget[0] -= 1
-        if budget[0] < 0:
+        budget -= 1
+        if budget < 0:
             return False
         if u.op is Op.PERMUTE:
             r = tuple(u.attr("perm")) == channels_first
         elif u.op in ELEMENTWISE_OPS:
             big = [x for x in u.srcs if x.op not in (Op.CONST, Op.EXPAND)]
-            r = bool(big) and all(ok(x, budget) for x in big)
+            r = bool(big) and all(ok(x) for x in big)
         else:
             r = False
         seen[id(u)] = r
         return r
 
-    return ok(v, [256])
+    return ok(v)
 
 
 def _pixel_major(x: Var, weight: Var, stride: Sequence[int], padding: Sequence[int],

@@ -38,9 +38,8 @@ from hologram.isa import dtypes
 from hologram.isa.builder import Var, const
 from hologram.isa.opcodes import Op
 
-from . import convolution
 from .context import Ctx, Unsupported, and_, not_, or_
-from .convolution import conv_input_grad, conv_nd, phase_taps, taps
+from .convolution import conv_input_grad, conv_nd, window_views
 
 aten = torch.ops.aten
 
@@ -155,9 +154,7 @@ def _max_pool_with_indices(nd: int) -> Callable[..., tuple[Var, Var]]:
         best: Var | None = None
         idx = first
         assert idx is not None
-        tap_views = (phase_taps if convolution.PHASE_TAPS and any(st > 1 for st in s)
-                     else taps)
-        for t, pos in zip(tap_views(xb, k, s, p, dl, outs, fill=-math.inf),
+        for t, pos in zip(window_views(xb, k, s, p, dl, outs, fill=-math.inf),
                           itertools.product(*(range(ki) for ki in k)), strict=True):
             at: Var | None = None
             for i in range(nd):
