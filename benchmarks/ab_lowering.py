@@ -151,8 +151,9 @@ class _DriverLayouts:
 
     @value.setter
     def value(self, mask: int) -> None:
-        o = self._other
-        self._lib.hg_gemm_second(o.sgemm, o.dgemm, int(o.ilp64), mask)
+        from hologram.compiler import blas
+
+        blas.bind_second(self._lib, self._other, mask)
         self._mask = mask
 
 

@@ -902,7 +902,14 @@ def bind_layouts(cc: Any) -> None:
     lib = _runtime_lib(cc)
     second, mask = second_provider() if lib is not None else (None, 0)
     if second is not None:
-        lib.hg_gemm_second(second.sgemm, second.dgemm, int(second.ilp64), mask)
+        bind_second(lib, second, mask)
+
+
+def bind_second(lib: Any, second: Blas, layouts: int) -> None:
+    """Route the operand layouts in the bit mask ``layouts`` (``1 << (2 ta + tb)``) of a
+    GEMM driver bound by ``bind_runtime`` to ``second``; the others to its first
+    library."""
+    lib.hg_gemm_second(second.sgemm, second.dgemm, int(second.ilp64), layouts)
 
 
 def int64_sizes() -> bool:
@@ -1018,7 +1025,7 @@ def bind_runtime(lib: Any, blas: Blas, second: Blas | None = None, layouts: int 
                                    ctypes.c_int]
     lib.hg_gemm_second.restype = None
     if second is not None and layouts:
-        lib.hg_gemm_second(second.sgemm, second.dgemm, int(second.ilp64), layouts)
+        bind_second(lib, second, layouts)
     for name, args, res in (("hg_gemm_pack_tiles", [ctypes.c_void_p], ctypes.c_int64),
                             ("hg_gemm_pack_size", [ctypes.c_void_p, ctypes.c_int64],
                              ctypes.c_int64),
