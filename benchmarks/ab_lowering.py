@@ -70,14 +70,20 @@ def _value(text: str) -> Any:
 
 
 def backend_with(mod: Any, attr: str, value: Any) -> Callable[..., Any]:
-    """hologram's backend, with ``mod.attr = value`` while it compiles a graph."""
+    """hologram's backend, with ``mod.attr = value`` while it compiles a graph, on an
+    executor of its own: an executor compiles each program content once, so a setting
+    read while a program is lowered (the scheduler, the renderers) would otherwise get
+    the other value's build of the same program."""
+    import hologram
     from hologram_torch.compile_backend import hologram_backend
+
+    ex = hologram.Executor("cpu")
 
     def backend(gm: Any, example_inputs: Any, **kw: Any) -> Any:
         old = getattr(mod, attr)
         setattr(mod, attr, value)
         try:
-            return hologram_backend(gm, example_inputs, **kw)
+            return hologram_backend(gm, example_inputs, options={"executor": ex})
         finally:
             setattr(mod, attr, old)
 

@@ -71,25 +71,45 @@ def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
         return None
     shape, strides = ref.shape, contiguous_strides(ref.shape)
     for m in chain:
-        if m.op is Op.RESHAPE:
-            new = nocopy_reshape(shape, strides, m.shape)
-            if new is None:
-                return None
-            shape, strides = m.shape, new
-        elif m.op is Op.PERMUTE:
-            perm = m.attr("perm")
-            shape = tuple(shape[p] for p in perm)
-            strides = tuple(strides[p] for p in perm)
-        elif m.op is Op.SLICE:  # a window: the same strides from a later first element
-            offset += sum(s * st for s, st in zip(m.attr("starts"), strides, strict=True))
-            shape = m.shape
-        else:  # EXPAND: new leading axes and grown size-1 axes read the same element
-            lead = len(m.shape) - len(shape)
-            old_shape, old_strides = (1,) * lead + shape, (0,) * lead + strides
-            shape = m.shape
-            strides = tuple(0 if o == 1 and s != 1 else st
-                            for o, s, st in zip(old_shape, shape, old_strides, strict=True))
+        step = _view_step(m, shape, strides)
+        if step is None:
+            return None
+        shape, strides, moved = step
+        offset += moved
     return Strided(ref, offset, tuple(shape), tuple(strides))
+
+
+def _view_step(m: Value, shape: tuple[int, ...], strides: tuple[int, ...]
+               ) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """(shape, strides, elements the start moves) after movement op ``m`` over a view
+    of ``shape``/``strides``, or None where ``m`` is a RESHAPE that needs a copy."""
+    if m.op is Op.RESHAPE:
+        new = nocopy_reshape(shape, strides, m.shape)
+        return None if new is None else (m.shape, new, 0)
+    if m.op is Op.PERMUTE:
+        perm = m.attr("perm")
+        return tuple(shape[p] for p in perm), tuple(strides[p] for p in perm), 0
+    if m.op is Op.SLICE:  # a window: the same strides from a later first element
+        return m.shape, strides, sum(s * st for s, st in zip(m.attr("starts"), strides,
+                                                             strict=True))
+    # EXPAND: new leading axes and grown size-1 axes read the same element
+    lead = len(m.shape) - len(shape)
+    old_shape, old_strides = (1,) * lead + shape, (0,) * lead + strides
+    return m.shape, tuple(0 if o == 1 and s != 1 else st for o, s, st in
+                          zip(old_shape, m.shape, old_strides, strict=True)), 0
+
+
+def copying_reshape(root: Value, chain: list[Value]) -> Value | None:
+    """The first RESHAPE of ``chain`` (movement ops over ``root``, innermost first) that
+    no strides express once ``root`` is stored row-major, or None if BLAS can read the
+    whole chain in place."""
+    shape, strides = root.shape, contiguous_strides(root.shape)
+    for m in chain:
+        step = _view_step(m, shape, strides)
+        if step is None:
+            return m
+        shape, strides, _ = step
+    return None
 
 
 def _element_offset(ref: BufRef) -> int | None:

@@ -15,6 +15,7 @@ from ..isa.dtypes import i64
 from ..isa.index_errors import index_sites, static_index_error
 from ..isa.opcodes import Group, Op, group
 from ..isa.program import Program
+from .operand_layout import gemm_operand_layouts
 from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule, plan
 
 #: The launch's index-error record (see render_index): [1 + site, bad index], int64.
@@ -85,6 +86,7 @@ def lower(program: Program, render: Callable[[Schedule, dict[BufRef, int]], str]
     err = static_index_error(program.instructions)
     if err is not None:
         raise err
+    program = gemm_operand_layouts(program)
     forced: set[int] = set()
     for _ in range(len(program.instructions) + 2):
         try:
