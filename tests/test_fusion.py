@@ -165,16 +165,18 @@ def test_softmax_computes_exp_once_per_element(ex):
 
 @pytest.mark.parametrize("cols, axis, acc", [(1024, -1, "float"), (1025, -1, "double"),
                                             (3, -1, "float"), (1024, -2, "double"),
-                                            (3, -2, "double")])
-def test_row_sum_accumulator(ex, cols: int, axis: int, acc: str):
-    """A row sum of at most FLOAT_SUM_MAX f32 elements along the innermost axis accumulates
-    in float (16 lanes of at most 64 terms: ATen's scheme, 10-15% faster on softmax); a
-    longer one, or one over another axis (strided reads), in double. Either way the sum
-    stays within a few float32 ulps of the float64 sum."""
+                                            (3, -2, "double"), (32, (-2, -1), "float"),
+                                            (33, (-2, -1), "double"), (3, (0, 1), "double")])
+def test_row_sum_accumulator(ex, cols: int, axis: int | tuple[int, ...], acc: str):
+    """A row sum of at most FLOAT_SUM_MAX f32 elements along the innermost axis, or the
+    trailing axes together (a pool over a plane), accumulates in float (16 lanes of at
+    most 64 terms: ATen's scheme, 10-15% faster on softmax); a longer one, or one over
+    other axes (strided reads), in double. Either way the sum stays within a few
+    float32 ulps of the float64 sum."""
     from hologram.compiler.render_c import FLOAT_SUM_MAX
 
     assert FLOAT_SUM_MAX == 1024
-    shape = (64, cols) if axis == -1 else (2, cols, 64)
+    shape = (64, cols) if axis == -1 else (2, cols, 64) if axis == -2 else (4, cols, 32)
     p = b.program(lambda x: x.sum(axis, keepdims=True) * x, [("f32", shape)])
     src = ex.compile(p).source.split("void k0")[1]
     assert re.search(rf"\b{acc} acc\d+ = 0;", src), src

@@ -161,7 +161,9 @@ ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shar
 # softmax 4096x1024 13-20% (benchmarks/bench_exp.py) and layer norm 4096x768 ~20%. A sum
 # over other axes (kron's backward sums axes 1 and 3 of [5, 10, 5, 20]) reads strided
 # elements and takes the double at no measurable cost, as do longer rows and whole
-# arrays.
+# arrays. The trailing axes together count as one row (a nested loop of SIMD rows):
+# MobileNetV3-small's squeeze-excitation pools over 14x14 and 7x7 planes, where the
+# double's conversions cost 2% of the model at batch 8 (session 24).
 FLOAT_SUM_MAX = 1024
 COLUMN_BLOCK = 256  # accumulators per block of a column reduction (2 KiB of doubles)
 # Ops whose operands are read at other coordinates than the result's: no flat loop.
@@ -551,7 +553,7 @@ class CRenderer(IndexKernels):
         count = math.prod(sizes)
         parallel = home.kind == "kernel" and count >= self.parallel_min_work
         short_sum = (v.op is Op.RSUM and count <= FLOAT_SUM_MAX and home.kind == "outer"
-                     and tuple(axes) == (src.ndim - 1,))
+                     and tuple(axes) == tuple(range(src.ndim - len(axes), src.ndim)))
         wide = self.accumulator(v.op, d, short_sum)
         row = (self.row is not None and home.kind == "outer"
                and tuple(axes) == self.row["axes"] and count == self.row["count"])
