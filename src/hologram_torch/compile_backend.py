@@ -27,6 +27,7 @@ by design, so each distinct shape signature gets its own programs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import operator
 import threading
@@ -50,6 +51,7 @@ from hologram.isa.value import Value, contiguous_strides
 from hologram.memory.address import data_pointer
 
 from . import cuda_tensors
+from .derived_inputs import DerivedInput, DerivedKey
 from .direct_autograd import compile_training
 from .fx_info import (
     INT_DTYPES,
@@ -108,7 +110,7 @@ SMALL_GEMM_MACS = 1 << 22
 class _Input:
     """One program input: a node's tensor, converted where its dtype is not the program's."""
 
-    node: torch.fx.Node
+    node: torch.fx.Node | DerivedKey
     isa: DType
     shape: tuple[int, ...]
     convert: bool = False  # the tensor's dtype is not the program's (bool->f32, int->f64)
@@ -116,6 +118,10 @@ class _Input:
     # contiguous tensor (a transposed weight saved for backward): the program reads
     # that layout and permutes it itself, so no copy is made per call.
     order: tuple[int, ...] | None = None
+    # A derived input (derived_inputs.py): ``node`` is its DerivedKey, ``derived_from``
+    # the graph value whose tensor ``derive`` (a one-input program) turns into it.
+    derived_from: torch.fx.Node | None = None
+    derive: Program | None = None
 
 
 class _Region:
@@ -127,7 +133,7 @@ class _Region:
         self.nodes: list[torch.fx.Node] = []
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[_Input] = []
-        self._by_node: dict[torch.fx.Node, Var] = {}
+        self._by_node: dict[Any, Var] = {}  # nodes, and (node, name) of derived inputs
         self.view_only: set[torch.fx.Node] = set()
         # Filled by _finish:
         self.program: Program | None = None
@@ -141,6 +147,9 @@ class _Region:
         # update writes it into, that input's index in `inputs` or None if unread).
         self.updates: dict[int, tuple[torch.fx.Node, int | None]] = {}
         self.in_place: list[int] = []  # those the runner writes in place (backend agreed)
+        self.derived: list[DerivedInput] = []  # set by its runner (tests count their runs)
+        # Values computed from one input alone may be derived inputs (_Plan decides).
+        self.derives = False
 
     def load(self, node: torch.fx.Node, info: TInfo) -> Var:
         v = self._by_node.get(node)
@@ -170,6 +179,29 @@ class _Region:
         self._by_node[node] = v
         return v
 
+    def derive(self, v: Var, name: str, fn: Callable[[Var], Var]) -> Var:
+        """``fn(v)``: inline, or, where ``v`` is an input of this region read as it is
+        and the region derives inputs, a program input of its own computed from ``v``'s
+        tensor by ``fn``'s program and kept while that tensor is unchanged
+        (``derived_inputs.py``: a Winograd convolution's transformed weight)."""
+        src = v.v
+        if not self.derives or src.op is not Op.LDG:
+            return fn(v)
+        spec = self.inputs[src.attr("in")]
+        if spec.convert or spec.order is not None or spec.derive is not None:
+            return fn(v)
+        memo = (spec.node, name)
+        done = self._by_node.get(memo)
+        if done is not None:
+            return done
+        program = _program_of(fn, src)
+        (isa, shape), = program.output_specs
+        key = DerivedKey(f"{name}({spec.node.name})")
+        self.inputs.append(_Input(key, isa, shape, derived_from=spec.node, derive=program))
+        out = Var(ldg(len(self.inputs) - 1, isa, shape))
+        self._by_node[memo] = out
+        return out
+
     def snapshot(self) -> tuple[int, dict]:
         return len(self.inputs), dict(self._by_node)
 
@@ -177,6 +209,12 @@ class _Region:
         n, by_node = snap
         del self.inputs[n:]
         self._by_node = by_node
+
+
+def _program_of(fn: Callable[[Var], Var], src: Value) -> Program:
+    """``fn`` as a program of one input shaped and typed as ``src``."""
+    out = fn(Var(ldg(0, src.dtype, src.shape)))
+    return Program([stg(out.v, 0)], [(src.dtype, src.shape)])
 
 
 def _renumber(outputs: list[Var], inputs: list[_Input]) -> tuple[list[Value], list[_Input]]:
@@ -187,18 +225,14 @@ def _renumber(outputs: list[Var], inputs: list[_Input]) -> tuple[list[Value], li
         return stores, inputs
     new_index = {old: new for new, old in enumerate(used)}
     memo: dict[int, Value] = {}
-
-    def rebuild(v: Value) -> Value:
-        r = memo.get(id(v))
-        if r is None:
-            if v.op is Op.LDG:
-                r = ldg(new_index[v.attr("in")], v.dtype, v.shape)
-            else:
-                r = make(v.op, [rebuild(s) for s in v.srcs], dict(v.attrs), v.dtype, v.shape)
-            memo[id(v)] = r
-        return r
-
-    stores = [stg(rebuild(o.v), i) for i, o in enumerate(outputs)]
+    for s in stores:  # post-order: every source is rebuilt before its readers
+        for v in s.walk():  # (no recursion: a whole model's program is deep)
+            if id(v) in memo or v.op is Op.STG:
+                continue
+            memo[id(v)] = (ldg(new_index[v.attr("in")], v.dtype, v.shape) if v.op is Op.LDG
+                           else make(v.op, [memo[id(x)] for x in v.srcs], dict(v.attrs),
+                                     v.dtype, v.shape))
+    stores = [stg(memo[id(o.v)], i) for i, o in enumerate(outputs)]
     return stores, [inputs[i] for i in used]
 
 
@@ -334,7 +368,8 @@ class _Plan:
         # The programs' native builds run on other threads while AOT autograd and
         # dynamo finish their own work after this plan (the C compiler on another
         # core); the first call waits for them and makes the runners (_resolve).
-        self._compiling = [ex.compile_in_background(r.program) for r in self.regions]
+        self._compiling = [ex.compile_in_background(p) for r in self.regions
+                           for p in (r.program, *(s.derive for s in r.inputs if s.derive))]
         self._resolve_lock = threading.Lock()
         # (runner, values dead after it) per step, paired once for the per-call loop.
         self._schedule: list[tuple[Callable[[dict[torch.fx.Node, Any]], None],
@@ -436,6 +471,10 @@ class _Plan:
                 continue
             if open_region is None:
                 open_region = _Region(len(self.regions), devices or frozenset({"cpu"}))
+                # kept values read by the CPU launch paths: inference graphs only, as
+                # packed weights (derived_inputs.py)
+                open_region.derives = self.pack and self.ex.backend.device_type == "cpu" \
+                    and open_region.devices == frozenset({"cpu"})
             try:
                 self._translate(node, row, infos, open_region, region_of)
             except Unsupported as e:
@@ -488,7 +527,7 @@ class _Plan:
 
             args = [arg(a) for a in node.args]
             kwargs = {k: arg(v) for k, v in node.kwargs.items()}
-            result = row(Ctx(node, out), *args, **kwargs)
+            result = row(Ctx(node, out, region.derive), *args, **kwargs)
             self._check_result(node, result, out)
         except BaseException:
             region.rollback(snap)
@@ -631,7 +670,8 @@ class _Plan:
                 return list(obj.all_input_nodes)
             if kind == "none":
                 return []
-            return [s.node for s in obj.inputs if s.node is not None]
+            return [n for s in obj.inputs for n in (s.node, s.derived_from)
+                    if n is not None]
 
         for i, (kind, obj) in enumerate(self.steps):
             for n in uses(kind, obj):
@@ -929,6 +969,13 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
     guard = _BlasThreads(cap) if cap is not None else None
     compiled = ex.compile(program)
     in_specs = list(r.inputs)
+    # Derived inputs: computed from their source's tensor (kept while it is unchanged)
+    # and put in the env under their key before the program reads them.
+    derived = [(s.node, s.derived_from, DerivedInput(
+        ex, s.derive, functools.partial(_host_array, spec=_Input(
+            s.derived_from, *s.derive.inputs[0]))))
+        for s in in_specs if s.derive is not None and s.derived_from is not None]
+    r.derived = [d for _, _, d in derived]
     # Bool results leave a program as f32 and integer ones as f64 (the executor's
     # dtypes); PyTorch converts them back, exactly.
     outs = [(n, r.layouts[k].stored_shape if k in r.layouts else info.shape, info.dtype,
@@ -1012,6 +1059,8 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
     def run(env: dict[torch.fx.Node, Any]) -> None:
         for n in nones:
             env[n] = None
+        for key, source, d in derived:
+            env[key] = d.value(env[source])
         device = cuda_tensors.cuda_device(env[s.node] for s in in_specs) if on_cuda else None
         if device is not None:  # written by the kernels through DLPack, never in place
             results = [cuda_tensors.empty(shape, carrier, device)

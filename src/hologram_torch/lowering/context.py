@@ -9,6 +9,7 @@ the package, and nothing points back).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,12 +28,24 @@ class Unsupported(Exception):
     """A node hologram cannot run; the message is the reason shown to the user."""
 
 
-class Ctx:
-    """What a translation function may ask about the node it translates."""
+def _inline(v: Var, name: str, fn: Callable[[Var], Var]) -> Var:
+    return fn(v)
 
-    def __init__(self, node: torch.fx.Node, out: Any) -> None:
+
+class Ctx:
+    """What a translation function may ask about the node it translates.
+
+    ``derive(v, name, fn)`` is ``fn(v)``, a value computed from ``v`` alone, which the
+    backend may compute apart and keep across calls while ``v``'s tensor is unchanged
+    (a Winograd convolution's transformed weight); ``name`` tells apart two such
+    values of one tensor. The backend passes it; by default it is computed inline.
+    """
+
+    def __init__(self, node: torch.fx.Node, out: Any,
+                 derive: Callable[[Var, str, Callable[[Var], Var]], Var] = _inline) -> None:
         self.node = node
         self.out = out
+        self.derive = derive
 
     @property
     def out_dtype(self) -> DType:

@@ -336,8 +336,9 @@ def _batch_folded(x: Var, weight: Var, stride: Sequence[int], padding: Sequence[
 
 def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
             padding: Sequence[int], dilation: Sequence[int], groups: int,
-            outs: Sequence[int]) -> Var:
-    """``F.conv{n}d`` of ``x [B, C, *P]`` and ``weight [O, C/g, *K]``: ``[B, O, *outs]``."""
+            outs: Sequence[int], derive: Callable[..., Var] | None = None) -> Var:
+    """``F.conv{n}d`` of ``x [B, C, *P]`` and ``weight [O, C/g, *K]``: ``[B, O, *outs]``.
+    ``derive``: ``Ctx.derive``, for values of the weight alone (Winograd's transform)."""
     b, c = x.shape[:2]
     o, cg = weight.shape[:2]
     kernel = tuple(weight.shape[2:])
@@ -362,7 +363,7 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
         tp = window_views(x, kernel, stride, padding, dilation, outs)
         y = _weighted_taps(tp, weight).reshape((b, o, *outs))
     elif winograd.applies(x, weight, tuple(stride), tuple(dilation), groups, tuple(outs)):
-        y = winograd.conv3x3(x, weight, tuple(padding), tuple(outs))
+        y = winograd.conv3x3(x, weight, tuple(padding), tuple(outs), derive)
     elif groups == 1 and b > 1 and math.prod(outs) <= FOLD_MAX_POSITIONS:
         y = _batch_folded(x, weight, stride, padding, dilation, outs)
     else:
@@ -534,7 +535,7 @@ def _convolution(ctx: Ctx, x: Var, weight: Var, bias: Var | None, stride: Sequen
     st, pa, di = (_expand_arg(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"),
                                                       (dilation, "dilation")))
     return conv_nd(x.cast(d), weight.cast(d), bias.cast(d) if bias is not None else None,
-                   st, pa, di, int(groups), tuple(ctx.out_shape[2:]))
+                   st, pa, di, int(groups), tuple(ctx.out_shape[2:]), ctx.derive)
 
 
 def _dilate(g: Var, stride: Sequence[int]) -> Var:

@@ -48,6 +48,7 @@ direct) and only where ``HOLOGRAM_CONV`` is not ``direct`` (README, limitations)
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from fractions import Fraction as Fr
 
 from hologram.isa.builder import Var, concat, const
@@ -81,9 +82,13 @@ MIN_POSITIONS = 49
 #: transforms' C (ResNet-18: 2.7 -> 4.9 s for a cold first call, 0.24 of Inductor's
 #: against the issue's fifth) buys 4% of a call (31.0 -> 29.8 ms on one thread,
 #: docs/perf.md "Session 13, CNN inference"); at batch 8 it is a third of the call.
-MIN_BATCH = 2
+MIN_BATCH = 1
 #: dtypes Winograd runs on (see the module's docstring: float64 stays direct).
 DTYPES = ("f32",)
+
+
+def _inline(v: Var, name: str, fn: Callable[[Var], Var]) -> Var:
+    return fn(v)
 
 
 def enabled() -> bool:
@@ -162,17 +167,14 @@ def stack(parts: list[Var], axis: int) -> Var:
     return Var(concat([p.reshape((*shp[:axis], 1, *shp[axis:])).v for p in parts], axis))
 
 
-def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]) -> Var:
-    """``F.conv2d(x, weight, None, 1, padding)`` for ``x [B, C, H, W]``, ``weight [O, C,
-    3, 3]``: ``[B, O, *outs]``, by F(m x m, 3 x 3) (see the module's docstring)."""
-    b, c = x.shape[:2]
-    o = weight.shape[0]
-    m, a, th, tw = _tiling(outs)
-    _, g, at = TRANSFORMS[m]
-    n = b * th * tw
-
-    # 1. the weight: U[o, i, j, c] = sum_pq G[i, p] G[j, q] w[o, c, p, q], one part per i
-    #    (the j axis a vector of coefficients)
+def weight_transform(weight: Var, m: int) -> Var:
+    """``U [O, t, C]`` of ``weight [O, C, 3, 3]`` for F(m x m, 3 x 3): ``U[o, i, j, c] =
+    sum_pq G[i, p] G[j, q] w[o, c, p, q]``, one part per i (the j axis a vector of
+    coefficients). A function of the weight alone: an inference graph computes it
+    apart and keeps it while the weight is unchanged (``Ctx.derive``)."""
+    o, c = weight.shape[:2]
+    a = m + 2
+    g = TRANSFORMS[m][1]
     taps_w = [[weight.slice((0, 0, p, q), (o, c, 1, 1)).reshape((o, 1, c)) for q in range(3)]
               for p in range(3)]
     u_parts = []
@@ -180,7 +182,23 @@ def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]
         terms = [(taps_w[p][q], _along([g[i][p] * g[j][q] for j in range(a)], 1, 3, weight))
                  for p in range(3) for q in range(3)]
         u_parts.append(_sum([t * vec for t, vec in terms if vec is not None]))
-    u = stack(u_parts, 1).reshape((o, a * a, c)).permute((1, 0, 2))  # [t, O, C]: a view
+    return stack(u_parts, 1).reshape((o, a * a, c))
+
+
+def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...],
+            derive: Callable[[Var, str, Callable[[Var], Var]], Var] | None = None) -> Var:
+    """``F.conv2d(x, weight, None, 1, padding)`` for ``x [B, C, H, W]``, ``weight [O, C,
+    3, 3]``: ``[B, O, *outs]``, by F(m x m, 3 x 3) (see the module's docstring).
+    ``derive``: ``Ctx.derive``, through which the weight's transform is computed."""
+    b = x.shape[0]
+    o = weight.shape[0]
+    m, a, th, tw = _tiling(outs)
+    at = TRANSFORMS[m][2]
+    n = b * th * tw
+
+    # 1. the weight, [O, t, C], read as [t, O, C] (a view)
+    u = (derive or _inline)(weight, f"winograd{m}", lambda w: weight_transform(w, m))
+    u = u.permute((1, 0, 2))
 
     # 2. the input
     v = _input_tiles(x, padding, outs)
