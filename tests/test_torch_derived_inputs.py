@@ -103,3 +103,31 @@ def test_training_graphs_and_pack_weights_false_transform_inline(transforms):
     with torch.no_grad():
         _close(g(x), net(x))
     assert transforms == []
+
+
+def test_compiled_shapes_share_one_kept_transform_which_dies_with_its_weight(transforms):
+    import gc
+
+    net = _net()
+    f = torch.compile(net, backend="hologram", dynamic=False)
+    with torch.no_grad():
+        for batch in (2, 3, 2, 3):  # two compiled shapes, each its own programs
+            x = torch.randn(batch, 8, 10, 10)
+            _close(f(x), net(x))
+    assert len(transforms) == 4  # two convolutions per compiled shape
+    assert sum(d.runs for d in transforms) == 2  # one transform per weight
+    assert derived_inputs.kept_bytes() > 0
+    del f, net
+    torch._dynamo.reset()
+    gc.collect()
+    assert derived_inputs.kept_bytes() == 0
+
+
+def test_the_reference_executor_runs_derived_inputs_too(transforms):
+    net = _net()
+    x = torch.randn(2, 8, 8, 8)
+    f = torch.compile(net, backend="hologram", options={"executor": "reference"})
+    with torch.no_grad():
+        for _ in range(2):
+            _close(f(x), net(x))
+    assert len(transforms) == 2 and all(d.runs == 1 for d in transforms)
