@@ -9,6 +9,7 @@ passes, a warm cache) and for results against the reference interpreter.
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -219,7 +220,6 @@ def test_a_fork_during_a_build_leaves_the_child_unlocked(tmp_path):
 
 def _blocked_finish(monkeypatch: pytest.MonkeyPatch, cpu: hg.Executor):
     """Hold every native build of ``cpu``'s backend until the returned event is set."""
-    import threading
 
     gate = threading.Event()
     started = threading.Event()
@@ -245,6 +245,32 @@ def test_compile_in_background_returns_before_the_native_build(cpu, monkeypatch)
     _run(cpu, p, _inputs(32)[:1])
 
 
+def test_one_build_serves_the_same_program_twice(cpu, monkeypatch):
+    """A program whose content is already building is not prepared again: the second
+    request gets the first's future, and a synchronous compile waits for it (a model's
+    repeated weight shapes give the same derived program several times)."""
+    p = b.program(lambda x: (x * 1.75 - 0.5).sin(), [("f32", (16, 8))])
+    gate, started = _blocked_finish(monkeypatch, cpu)
+    prepared = []
+    prepare = type(cpu.backend).prepare
+
+    def counted(self, program):
+        prepared.append(program.hash)
+        return prepare(self, program)
+
+    monkeypatch.setattr(type(cpu.backend), "prepare", counted)
+    first = cpu.compile_in_background(p)
+    again = cpu.compile_in_background(b.program(lambda x: (x * 1.75 - 0.5).sin(),
+                                                [("f32", (16, 8))]))
+    assert again is first and len(prepared) == 1
+    assert started.wait(30)
+    waiting = threading.Thread(target=lambda: cpu.compile(p))
+    waiting.start()
+    gate.set()
+    waiting.join(60)
+    assert first.result(60) is cpu.compile(p) and len(prepared) == 1
+
+
 def test_compile_in_background_carries_the_error(cpu, monkeypatch):
     p = b.program(lambda x: (x + 3.25).sqrt(), [("f32", (8,))])
 
@@ -264,7 +290,6 @@ def test_torch_plan_is_ready_before_its_programs_build(cpu, monkeypatch):
     fn = torch.compile(lambda a: torch.tanh(a * 3.0 - 0.25).sum(1), backend="hologram",
                        options={"executor": cpu})
     a = torch.randn(5, 7)
-    import threading
 
     out: list = []
     t = threading.Thread(target=lambda: out.append(fn(a)))

@@ -74,6 +74,7 @@ class Executor:
         self.backend.attach_memory(self._memory, self._lock)
         self._buffers: weakref.WeakValueDictionary[int, Buffer] = weakref.WeakValueDictionary()
         self._kernels: dict[str, Any] = {}
+        self._building: dict[str, Future] = {}  # background builds in flight, by content
         # Bound launches of the op library's fast path: key -> (buffer weakrefs, call).
         self._bound: dict[tuple, tuple[tuple[weakref.ref, ...], Any]] = {}
         self.closed = False
@@ -231,6 +232,8 @@ class Executor:
         self._check_open()
         key = program.hash
         k = self._kernels.get(key)
+        if k is None and (pending := self._building.get(key)) is not None:
+            return pending.result()  # a background build of the same content
         if k is None:
             with self._lock:
                 k = self._kernels.get(key)
@@ -252,11 +255,15 @@ class Executor:
         if k is not None:
             done.set_result(k)
             return done
+        pending = self._building.get(key)
+        if pending is not None:  # the same content is building: one build serves both
+            return pending  # (ResNet-18's stage-1 weights: four transforms, one program)
         try:
             finish = self.backend.prepare(program)
         except BaseException as e:
             done.set_exception(e)
             return done
+        self._building[key] = done
 
         def build() -> None:
             try:
@@ -265,6 +272,8 @@ class Executor:
                     done.set_result(self._kernels.setdefault(key, built))
             except BaseException as e:  # raised where the caller waits for it
                 done.set_exception(e)
+            finally:
+                self._building.pop(key, None)
 
         threading.Thread(target=build, name="hologram-compile", daemon=True).start()
         return done
