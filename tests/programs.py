@@ -305,6 +305,19 @@ def compiled_and_reference(ex, program, inputs: list[np.ndarray]
     return got, want
 
 
+def check_products(ex, program, specs, seed: int, k: int) -> None:
+    """``program``'s GEMM results on ``ex`` against the reference interpreter, on random
+    inputs with NaN and inf among them (finite products that would overflow left out):
+    within 1e-5 relative, and 1e-5 of the largest finite result per term of a ``k``-term
+    sum (the orders of summation differ), NaN exactly where the reference has one."""
+    inputs = without_finite_overflow(random_inputs(specs, seed, special=True))
+    got, want = compiled_and_reference(ex, program, inputs)
+    for g, w in zip(got, want, strict=True):
+        scale = max(1.0, float(np.nanmax(np.abs(np.where(np.isinf(w), 0, w)), initial=0)))
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * scale * k, equal_nan=True)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+
+
 # --- integer programs: the bitwise ops, shifts and wrapping arithmetic ----------------------
 #: Every integer dtype of the ISA.
 INT_DTYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")

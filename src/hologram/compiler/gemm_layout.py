@@ -69,14 +69,10 @@ def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
     offset = _element_offset(ref)
     if offset is None:
         return None
-    shape, strides = ref.shape, contiguous_strides(ref.shape)
-    for m in chain:
-        step = _view_step(m, shape, strides)
-        if step is None:
-            return None
-        shape, strides, moved = step
-        offset += moved
-    return Strided(ref, offset, tuple(shape), tuple(strides))
+    shape, strides, moved, copying = walk_views(chain, ref.shape)
+    if copying is not None:
+        return None
+    return Strided(ref, offset + moved, tuple(shape), tuple(strides))
 
 
 def _view_step(m: Value, shape: tuple[int, ...], strides: tuple[int, ...]
@@ -99,17 +95,26 @@ def _view_step(m: Value, shape: tuple[int, ...], strides: tuple[int, ...]
                           zip(old_shape, m.shape, old_strides, strict=True)), 0
 
 
+def walk_views(chain: list[Value], shape: tuple[int, ...]
+               ) -> tuple[tuple[int, ...], tuple[int, ...], int, Value | None]:
+    """Movement ops ``chain`` (innermost first) over row-major data of ``shape``:
+    (shape, strides, elements the start moved, None), or, at the first RESHAPE no
+    strides express, the view so far and that RESHAPE."""
+    strides, offset = contiguous_strides(shape), 0
+    for m in chain:
+        step = _view_step(m, shape, strides)
+        if step is None:
+            return shape, strides, offset, m
+        shape, strides, moved = step
+        offset += moved
+    return shape, strides, offset, None
+
+
 def copying_reshape(root: Value, chain: list[Value]) -> Value | None:
     """The first RESHAPE of ``chain`` (movement ops over ``root``, innermost first) that
     no strides express once ``root`` is stored row-major, or None if BLAS can read the
     whole chain in place."""
-    shape, strides = root.shape, contiguous_strides(root.shape)
-    for m in chain:
-        step = _view_step(m, shape, strides)
-        if step is None:
-            return m
-        shape, strides, _ = step
-    return None
+    return walk_views(chain, root.shape)[3]
 
 
 def _element_offset(ref: BufRef) -> int | None:

@@ -22,8 +22,8 @@ from __future__ import annotations
 from ..isa.builder import permute, reshape
 from ..isa.opcodes import ELEMENTWISE, Op, group
 from ..isa.program import Program
-from ..isa.value import Value, contiguous_strides
-from .gemm_layout import _view_step, copying_reshape
+from ..isa.value import Value
+from .gemm_layout import copying_reshape, walk_views
 from .schedule import only_reader_chain, users_of, view_chain
 
 
@@ -81,13 +81,8 @@ def _inverse(at: Value, prefix: list[Value]) -> Value | None:
                 inv[p] = d
             back = permute(back, inv)
     _, chain = view_chain(back, {id(at): None})
-    shape, strides = at.shape, contiguous_strides(at.shape)
-    for m in chain:
-        step = _view_step(m, shape, strides)
-        if step is None:
-            return None
-        shape, strides, _ = step
-    if shape[-1] > 1 and strides[-1] != 1:
+    shape, strides, _, copying = walk_views(chain, at.shape)
+    if copying is not None or (shape[-1] > 1 and strides[-1] != 1):
         return None
     return back
 
