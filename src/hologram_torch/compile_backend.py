@@ -147,7 +147,6 @@ class _Region:
         # update writes it into, that input's index in `inputs` or None if unread).
         self.updates: dict[int, tuple[torch.fx.Node, int | None]] = {}
         self.in_place: list[int] = []  # those the runner writes in place (backend agreed)
-        self.derived: list[DerivedInput] = []  # set by its runner (tests count their runs)
         # Values computed from one input alone may be derived inputs (_Plan decides).
         self.derives = False
 
@@ -975,7 +974,6 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
         ex, s.derive, functools.partial(_host_array, spec=_Input(
             s.derived_from, *s.derive.inputs[0]))))
         for s in in_specs if s.derive is not None and s.derived_from is not None]
-    r.derived = [d for _, _, d in derived]
     # Bool results leave a program as f32 and integer ones as f64 (the executor's
     # dtypes); PyTorch converts them back, exactly.
     outs = [(n, r.layouts[k].stored_shape if k in r.layouts else info.shape, info.dtype,
