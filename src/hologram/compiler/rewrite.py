@@ -295,7 +295,17 @@ def order_key(v: Value) -> tuple[bool, bytes, bytes, bytes]:
     stage, but the activation each stage loads has another history, so their factors
     came in another order per layer and seven steps stayed three and four copies of two
     bodies (docs/perf.md, session 20)."""
-    return (v.op is Op.CONST, near_form_key(v), form_key(v), structural_key(v))
+    return tuple(part(v) for part in ORDER_PARTS)  # type: ignore[return-value]
+
+
+def _is_const(v: Value) -> bool:
+    return v.op is Op.CONST
+
+
+#: ``order_key``'s parts in order; a comparison may stop at the first that differs
+#: (``rules._unordered``), so the later digests are computed only on ties.
+ORDER_PARTS: tuple[Callable[[Value], Any], ...] = (_is_const, near_form_key, form_key,
+                                                   structural_key)
 
 
 # --------------------------------------------------------------------------- engine
@@ -436,5 +446,5 @@ def rewrite(
 
 __all__ = [
     "Bindings", "Pat", "RewriteLoopError", "Rule", "const_equals", "const_scalar",
-    "near_form_key", "order_key", "rewrite", "structural_key",
+    "ORDER_PARTS", "near_form_key", "order_key", "rewrite", "structural_key",
 ]

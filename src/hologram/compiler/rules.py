@@ -40,7 +40,7 @@ from ..isa.opcodes import (
     Op,
 )
 from ..isa.value import Shape, Value
-from .rewrite import Bindings, Pat, Rule, const_scalar, order_key
+from .rewrite import ORDER_PARTS, Bindings, Pat, Rule, const_scalar
 
 ELEMENTWISE_OPS = frozenset(
     op for op, g in GROUP.items()
@@ -395,7 +395,15 @@ LAYOUT_RULES: list[Rule] = [
 # --------------------------------------------------------------------------- ordering
 
 def _unordered(v: Value) -> bool:
-    return order_key(v.srcs[1]) < order_key(v.srcs[0])
+    """Whether operand 1 sorts before operand 0 by ``order_key``, compared one part at a
+    time: the whole-form and structural digests are walked only between operands whose
+    near forms tie."""
+    a, b_ = v.srcs[1], v.srcs[0]
+    for part in ORDER_PARTS:
+        ka, kb = part(a), part(b_)
+        if ka != kb:
+            return ka < kb
+    return False
 
 
 def _swap01(_: Bindings, node: Value) -> Value:
