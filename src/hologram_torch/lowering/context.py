@@ -28,7 +28,8 @@ class Unsupported(Exception):
     """A node hologram cannot run; the message is the reason shown to the user."""
 
 
-def _inline(v: Var, name: str, fn: Callable[[Var], Var]) -> Var:
+def inline(v: Var, name: str, fn: Callable[[Var], Var]) -> Var:
+    """``Ctx.derive`` where nothing is kept: ``fn(v)`` inside the program."""
     return fn(v)
 
 
@@ -42,7 +43,7 @@ class Ctx:
     """
 
     def __init__(self, node: torch.fx.Node, out: Any,
-                 derive: Callable[[Var, str, Callable[[Var], Var]], Var] = _inline) -> None:
+                 derive: Callable[[Var, str, Callable[[Var], Var]], Var] = inline) -> None:
         self.node = node
         self.out = out
         self.derive = derive

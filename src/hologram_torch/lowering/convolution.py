@@ -62,7 +62,7 @@ from hologram.isa.opcodes import Op
 from hologram.isa.value import Value
 
 from . import winograd
-from .context import Ctx, Unsupported, isa_dtype
+from .context import Ctx, Unsupported, inline, isa_dtype
 from .movement import pad_with
 from .reductions import staged_sum
 
@@ -336,7 +336,8 @@ def _batch_folded(x: Var, weight: Var, stride: Sequence[int], padding: Sequence[
 
 def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
             padding: Sequence[int], dilation: Sequence[int], groups: int,
-            outs: Sequence[int], derive: Callable[..., Var] | None = None) -> Var:
+            outs: Sequence[int],
+            derive: Callable[[Var, str, Callable[[Var], Var]], Var] = inline) -> Var:
     """``F.conv{n}d`` of ``x [B, C, *P]`` and ``weight [O, C/g, *K]``: ``[B, O, *outs]``.
     ``derive``: ``Ctx.derive``, for values of the weight alone (Winograd's transform)."""
     b, c = x.shape[:2]

@@ -53,6 +53,8 @@ from fractions import Fraction as Fr
 
 from hologram.isa.builder import Var, concat, const
 
+from .context import inline
+
 #: (BT, G, AT) of F(m x m, 3 x 3) by output tile size m, from the interpolation points
 #: 0, 1, -1 (m = 2) and 0, 1, -1, 2, -2 (m = 4) with the point at infinity (Lavin and
 #: Gray, "Fast Algorithms for Convolutional Neural Networks", 2016).
@@ -70,25 +72,22 @@ TRANSFORMS: dict[int, tuple[Matrix, Matrix, Matrix]] = {
 }
 
 #: Output positions per image from which a convolution takes the Winograd path. At 7x7
-#: (ResNet-18's last stage) the tiles overhang the output and the transformed weight
-#: (16 x O x C, 16 MB per call there) is recomputed per call: the whole model ran 5%
-#: slower in session 13 (docs/perf.md "Session 13, CNN inference"). With the products'
-#: NN layout on OpenBLAS since session 22 it ran faster: ResNet-18 at batch 8 0.977,
-#: 0.975 and 0.959x the time (in-process A/Bs, sessions 22 and 23; the stage's 3x3
-#: convolutions 11.3 -> ~9.5 ms each, 2.2 ms of it the weight's transform), its
-#: training step level (0.993), a cold first call 0.4-0.5 s longer.
+#: (ResNet-18's last stage) the tiles overhang the output: with the transformed weight
+#: (16 x O x C, 16 MB there) recomputed per call the whole model ran 5% slower in session
+#: 13 (docs/perf.md "Session 13, CNN inference"); with the products' NN layout on
+#: OpenBLAS since session 22 it ran faster even so: ResNet-18 at batch 8 0.977, 0.975 and
+#: 0.959x the time (sessions 22 and 23; the stage's 3x3 convolutions 11.3 -> ~9.5 ms
+#: each, 2.2 ms of it the weight's transform, which inference graphs keep since session
+#: 24), its training step level (0.993), a cold first call 0.4-0.5 s longer.
 MIN_POSITIONS = 49
-#: Images per call from which a convolution takes the Winograd path: at batch 1 the
-#: transforms' C (ResNet-18: 2.7 -> 4.9 s for a cold first call, 0.24 of Inductor's
-#: against the issue's fifth) buys 4% of a call (31.0 -> 29.8 ms on one thread,
-#: docs/perf.md "Session 13, CNN inference"); at batch 8 it is a third of the call.
+#: Images per call from which a convolution takes the Winograd path. With the weight
+#: transformed on every call, batch 1 gained 4% (31.0 -> 29.8 ms on one thread, session
+#: 13) for ~2 s of a cold first call, so it started at 2; with the transform kept in
+#: inference graphs (session 24) ResNet-18 b1 ran 0.709x the time (in-process A/B), its
+#: cold first call 3.2-3.4 -> 5.2-5.3 s (0.19 -> 0.30 of Inductor's; docs/perf.md).
 MIN_BATCH = 1
 #: dtypes Winograd runs on (see the module's docstring: float64 stays direct).
 DTYPES = ("f32",)
-
-
-def _inline(v: Var, name: str, fn: Callable[[Var], Var]) -> Var:
-    return fn(v)
 
 
 def enabled() -> bool:
@@ -186,7 +185,7 @@ def weight_transform(weight: Var, m: int) -> Var:
 
 
 def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...],
-            derive: Callable[[Var, str, Callable[[Var], Var]], Var] | None = None) -> Var:
+            derive: Callable[[Var, str, Callable[[Var], Var]], Var] = inline) -> Var:
     """``F.conv2d(x, weight, None, 1, padding)`` for ``x [B, C, H, W]``, ``weight [O, C,
     3, 3]``: ``[B, O, *outs]``, by F(m x m, 3 x 3) (see the module's docstring).
     ``derive``: ``Ctx.derive``, through which the weight's transform is computed."""
@@ -197,7 +196,7 @@ def conv3x3(x: Var, weight: Var, padding: tuple[int, ...], outs: tuple[int, ...]
     n = b * th * tw
 
     # 1. the weight, [O, t, C], read as [t, O, C] (a view)
-    u = (derive or _inline)(weight, f"winograd{m}", lambda w: weight_transform(w, m))
+    u = derive(weight, f"winograd{m}", lambda w: weight_transform(w, m))
     u = u.permute((1, 0, 2))
 
     # 2. the input
