@@ -213,3 +213,39 @@ def test_reduction_over_several_axes_loops_over_each(ex: hg.Executor, op: str) -
     (got,), (want,) = compiled_and_reference(ex, p, [x])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert np.isnan(got[1]) and not np.isnan(got[0])
+
+
+@pytest.mark.parametrize("w", [14, 7, 65])
+def test_short_rows_compute_plane_values_once_a_plane(ex: hg.Executor, w: int) -> None:
+    """Rows of at most PLANE_ROW_MAX elements (a 14x14 plane's 14) loop over a plane's
+    rows inside the outer loop, so a value that depends on the plane only (a batch norm's
+    1/sqrt(var + eps), a squeeze-excitation gate) is computed once a plane, not once a
+    row: MobileNetV3-small's batch-8 call ran 0.94x the time (docs/perf.md, session 25).
+    Longer rows keep one outer loop. Results match NumPy in float64, NaN included."""
+    from hologram.compiler.render_c import PLANE_ROW_MAX
+
+    shape = (3, 5, 6, w)  # [B, C, H, W], written channel-first: [C, B, H, W]
+
+    def fn(x: b.Var, var: b.Var, g: b.Var) -> tuple[b.Var]:
+        scale = (var + 1e-3).rsqrt().reshape(5, 1, 1, 1)
+        gate = g.sigmoid().permute(1, 0).reshape(5, 3, 1, 1)
+        return ((x.permute(1, 0, 2, 3) * scale * gate).exp(),)
+
+    p = b.program(fn, [("f32", shape), ("f32", (5,)), ("f32", (3, 5))])
+    src = ex.compile(p).lowered.source
+    kernel = src[src.index("void k0"):]
+    split = w <= PLANE_ROW_MAX
+    assert ("for (int64_t orow = 0; orow < 6; orow++)" in kernel) == split, kernel
+    if split:  # the plane's values sit before its rows' loop
+        assert kernel.index("sqrtf(") < kernel.index("orow = 0"), kernel
+    rng = np.random.default_rng(w)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[0, 1, 2, 3] = np.nan
+    var = rng.uniform(0.5, 2, 5).astype(np.float32)
+    g = rng.standard_normal((3, 5)).astype(np.float32)
+    out = np.empty((5, 3, 6, w), np.float32)
+    ex.launch(p, [x, var, g], [out])
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    scale = 1 / np.sqrt(var.astype(np.float64) + 1e-3)[:, None, None, None]
+    want = np.exp(x64.transpose(1, 0, 2, 3) * scale / (1 + np.exp(-g64.T))[:, :, None, None])
+    np.testing.assert_allclose(out, want, rtol=2e-6)

@@ -165,6 +165,9 @@ ROW_SCRATCH_BYTES = 16 << 10  # per-thread stack scratch for values a phase shar
 # MobileNetV3-small's squeeze-excitation pools over 14x14 and 7x7 planes, where the
 # double's conversions cost 2% of the model at batch 8 (session 24).
 FLOAT_SUM_MAX = 1024
+#: Rows of at most this many elements get a loop of their own over a plane's rows
+#: (``CRenderer.plane_rows``).
+PLANE_ROW_MAX = 64
 COLUMN_BLOCK = 256  # accumulators per block of a column reduction (2 KiB of doubles)
 # Ops whose operands are read at other coordinates than the result's: no flat loop.
 NOT_FLAT = frozenset({Op.EXPAND, Op.PERMUTE, Op.SLICE, Op.CONCAT,
@@ -224,6 +227,7 @@ class CRenderer(IndexKernels):
     column_reductions = True  # see column_reduction(); GPU dialects turn it off
     concat_loops = True  # see concat_kernel(); GPU dialects keep one loop nest a kernel
     row_scratch = True  # GPU dialects spread a row over threads: no per-thread row copy
+    plane_loops = True  # see plane_rows(); GPU dialects map one outer loop to the grid
     concat_parallel = False  # concat_kernel: every part's loop on the team (set there)
     #: dtype -> the exp function templates call ({exp}); others get libm's ``exp{f}``.
     #: float32 uses hologram's own inline hg_expf (compiler/c_math.py): faster than
@@ -1076,6 +1080,23 @@ class CRenderer(IndexKernels):
             start += sub.shape[ax]
         return out
 
+    def plane_rows(self, c: Value, outer_dims: list[int], n_inner: int,
+                   lead: tuple[Expr, ...]) -> int | None:
+        """The outer dim to loop over inside the outer loop (a plane's rows), or None.
+        Short rows (a 14x14 plane's 14) pay per row for every value computed per outer
+        index: a batch norm's scale (a square root, a division) and the
+        squeeze-excitation gate, per plane in MobileNetV3-small, were recomputed every
+        14 elements. With the plane's rows as a loop of their own inside the outer one,
+        values that do not depend on the row are computed once a plane."""
+        if (not self.plane_loops or lead or self.row_len is not None
+                or n_inner > PLANE_ROW_MAX or len(outer_dims) < 2):
+            return None
+        last = outer_dims[-1]
+        rows = c.shape[last]
+        if rows < 2 or math.prod(c.shape[d] for d in outer_dims[:-1]) < 2:
+            return None
+        return last
+
     def nested_kernel(self, c: Value, k: KernelPlan, top: Scope,
                       place: Callable[[tuple[Expr, ...]], Expr] | None = None,
                       lead: tuple[Expr, ...] = ()) -> list[str]:
@@ -1090,9 +1111,16 @@ class CRenderer(IndexKernels):
         outer_dims = [d for d in range(len(lead), c.ndim) if d not in inner_dims]
         n_outer = math.prod(c.shape[d] for d in outer_dims)
         n_inner = math.prod(c.shape[d] for d in inner_dims)
+        rows_dim = self.plane_rows(c, outer_dims, n_inner, lead)
         outer = Scope("outer", "o", top)
-        inner = Scope("inner", "j", outer)
+        plane = Scope("outer", "orow", outer) if rows_dim is not None else outer
+        inner = Scope("inner", "j", plane)
+        if rows_dim is not None:
+            outer_dims = [d for d in outer_dims if d != rows_dim]
         oidx = self.unravel("o", c.shape, outer_dims)
+        if rows_dim is not None:
+            ridx = self.unravel("orow", c.shape, [rows_dim])
+            oidx = tuple(o if o is not ZERO else r for o, r in zip(oidx, ridx, strict=True))
         iidx = self.unravel("j", c.shape, inner_dims)
         idx = tuple(o if o is not ZERO else i for o, i in zip(oidx, iidx, strict=True))
         idx = lead + idx[len(lead):]
@@ -1100,14 +1128,19 @@ class CRenderer(IndexKernels):
             self.row = {"axes": tuple(inner_dims), "count": n_inner}
         x = self.emit(c, idx, inner, False)
         if self.row_cands:  # again, now that the phases have offered their row values
-            inner = Scope("inner", "j", outer)
+            inner = Scope("inner", "j", plane)
             x = self.emit(c, idx, inner, False)
-            outer.lines[:0] = [cand["decl"] for cand in self.row_cands.values()
+            plane.lines[:0] = [cand["decl"] for cand in self.row_cands.values()
                                if cand["used"]]
         off = self.offset(c.shape, idx) if place is None else place(idx)
         body = [self.loop("j", n_inner, False, True, "inner")]
         body += ["  " + ln for ln in inner.lines + self.stores(k, x, off)]
         body.append("}")
+        if rows_dim is not None:
+            n_rows = c.shape[rows_dim]
+            n_outer //= n_rows
+            body = ([f"for (int64_t orow = 0; orow < {n_rows}; orow++) {{"]
+                    + ["  " + ln for ln in plane.lines + body] + ["}"])
         # The reductions computed per outer index count too: a row-wise log-sum-exp stores
         # one element per row but reads and exponentiates the whole row.
         work = max([c.size] + [x.srcs[0].size for x in self._computed_here([c])

@@ -29,6 +29,7 @@ class GPURenderer(CRenderer):
     fiber_blocks = False  # scans and scatters: one thread per fiber (render_index)
     concat_loops = False  # a kernel is one loop nest mapped onto the grid
     row_scratch = False  # a row is spread over the block: no per-thread row copy
+    plane_loops = False  # the outer loop is the grid: no loop of a plane's rows inside it
     exp_names: ClassVar[dict[str, str]] = {}  # the device's own expf: no CPU inline math
     #: role -> loop header, formatted with ``var`` and ``count``
     LOOPS: ClassVar[dict[str, str]] = {}
