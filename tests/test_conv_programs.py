@@ -33,6 +33,10 @@ CASES = {
     # channel multiplier of 2, a non-square plane, and padding wider than the kernel's
     "depthwise flat 5x5": ((2, 3, 7, 6), (6, 1, 5, 5), (1, 1), (2, 2), (1, 1), 3),
     "depthwise flat 7x7 pad 4": ((1, 2, 9, 5), (2, 1, 7, 7), (1, 1), (4, 3), (1, 1), 2),
+    # strided: over flat phase planes (_depthwise_flat_phases), odd sizes, unequal strides
+    "depthwise flat 5x5 s2": ((2, 3, 14, 13), (3, 1, 5, 5), (2, 2), (2, 2), (1, 1), 3),
+    "depthwise flat 5x5 s(3,2) pad (1,3)": ((1, 2, 11, 9), (4, 1, 5, 5), (3, 2), (1, 3),
+                                            (1, 1), 2),
     "pointwise": ((1, 3, 5, 4), (2, 3, 1, 1), (1, 1), (0, 0), (1, 1), 1),
     "dense per image": ((2, 3, 17, 16), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
     # a batch with few positions: one GEMM over the batch (folded), padded windows

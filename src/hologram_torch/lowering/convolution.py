@@ -359,7 +359,8 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
     if _pixel_major(x, weight, stride, padding, groups):
         y = _pixel_major_conv(x, weight)
     elif cg == 1 and _flat_plane(kernel, stride, dilation, outs):
-        y = _depthwise_flat(x, weight, padding, outs)
+        y = (_depthwise_flat(x, weight, padding, outs) if tuple(stride) == (1, 1)
+             else _depthwise_flat_phases(x, weight, stride, padding, outs))
     elif cg == 1:  # direct: one input channel per group (depthwise)
         tp = window_views(x, kernel, stride, padding, dilation, outs)
         y = _weighted_taps(tp, weight).reshape((b, o, *outs))
@@ -463,12 +464,20 @@ FLAT_MAX_WIDTH = 56
 FLAT_MIN_TAPS = 25
 
 
+#: Whether a strided depthwise convolution with narrow output rows runs over its flat
+#: phase planes (``_depthwise_flat_phases``) too.
+FLAT_PHASES = True
+
+
 def _flat_plane(kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int],
                 outs: Sequence[int]) -> bool:
-    """Whether a depthwise convolution runs over its flat padded plane: 2-D, stride and
-    dilation 1 (each tap is then a shift of the flat index), narrow output rows, and
+    """Whether a depthwise convolution runs over its flat padded plane: 2-D, dilation 1
+    and stride 1 (each tap is then a shift of the flat index) or, with ``FLAT_PHASES``,
+    any stride (each tap a shift within one flat phase plane), narrow output rows, and
     ``FLAT_MIN_TAPS`` taps or more."""
-    return (len(kernel) == 2 and tuple(stride) == (1, 1) and tuple(dilation) == (1, 1)
+    strided = tuple(stride) != (1, 1)
+    return (len(kernel) == 2 and tuple(dilation) == (1, 1)
+            and (not strided or (FLAT_PHASES and PHASE_TAPS))
             and outs[1] <= FLAT_MAX_WIDTH and math.prod(kernel) >= FLAT_MIN_TAPS)
 
 
@@ -489,6 +498,35 @@ def _depthwise_flat(x: Var, weight: Var, padding: Sequence[int], outs: Sequence[
     runs = [flat.slice((0, 0, i * wp + j), (b, c, ho * wp))
             for i in range(kh) for j in range(kw)]
     y = _weighted_taps(runs, weight).reshape((b, o, ho, wp))
+    return y.slice((0, 0, 0, 0), (b, o, ho, wo))
+
+
+def _depthwise_flat_phases(x: Var, weight: Var, stride: Sequence[int],
+                           padding: Sequence[int], outs: Sequence[int]) -> Var:
+    """A strided 2-D depthwise convolution over flat phase planes: the padded input laid
+    out phase-major as in :func:`phase_taps` (plane ``(a, b)`` holds rows ``a::sh``,
+    columns ``b::sw``), each plane ``qh x qw`` flattened with a spare row, so tap
+    ``(i, j)`` is the run of ``Ho * qw`` elements of plane ``(i % sh, j % sw)`` from
+    ``(i // sh) * qw + j // sw``. As :func:`_depthwise_flat`: the result is viewed
+    ``[B, O, Ho, qw]`` and its first ``Wo`` columns taken. MobileNetV3-small's 5x5
+    stride-2 convolution to 7x7 ran its taps over rows of 7."""
+    b, c = x.shape[:2]
+    o = weight.shape[0]
+    kh, kw = weight.shape[2:]
+    sh, sw = stride
+    ho, wo = outs
+    # one output row more than needed: a spare row of each plane keeps the last taps'
+    # runs (which go on past their row's end) inside the plane
+    grid, (qh, qw) = _grid(x, (kh, kw), stride, padding, (1, 1), (ho + 1, wo), 0.0)
+    planes = [grid.slice((0, 0, 0, a, 0, bb), (b, c, qh, 1, qw, 1)).reshape((b, c, 1, qh, qw)).v
+              for a in range(sh) for bb in range(sw)]
+    # stacked as planes, flattened after: a plane flattened before its copy divides
+    # every element's index by the row length
+    stacked = Var(concat(planes, 2)).reshape((b, c, sh * sw, qh * qw))
+    runs = [stacked.slice((0, 0, (i % sh) * sw + j % sw, (i // sh) * qw + j // sw),
+                          (b, c, 1, ho * qw)).reshape((b, c, ho * qw))
+            for i in range(kh) for j in range(kw)]
+    y = _weighted_taps(runs, weight).reshape((b, o, ho, qw))
     return y.slice((0, 0, 0, 0), (b, o, ho, wo))
 
 
