@@ -18,12 +18,21 @@ from typing import ClassVar
 import numpy as np
 
 from ..isa.dtypes import DType
-from ..isa.opcodes import ELEMENTWISE, MATH_UNARY, SCATTER_STEP, SPECIAL, Group, Op, group
+from ..isa.opcodes import (
+    ELEMENTWISE,
+    MATH_UNARY,
+    MOVEMENT,
+    SCATTER_STEP,
+    SPECIAL,
+    Group,
+    Op,
+    group,
+)
 from ..isa.value import Value, contiguous_strides
 from . import attention, blas, shared_bodies, special_math
 from .blas import GEMM_DESC_C
 from .cc import PART_MARK
-from .gemm_layout import GemmDesc
+from .gemm_layout import GemmDesc, walk_views
 from .half_floats import HalfFloats, HalfType
 from .lower import packed_ref
 from .render_index import INDEX_FAIL_C, IndexKernels
@@ -903,7 +912,8 @@ class CRenderer(IndexKernels):
         src = c.srcs[0]
         if c.op not in (Op.RSUM, Op.RMAX, Op.RMIN) or src.ndim == 0:
             return False
-        if src.ndim - 1 in c.attr("axes") or src.shape[-1] < 2:
+        axes = c.attr("axes")
+        if (src.ndim - 1 in axes or src.shape[-1] < 2) and not self.reads_across(src, axes):
             return False
         stack, seen = [src], set()
         while stack:  # no reduction inside: its phases would need an outer loop of their own
@@ -915,6 +925,59 @@ class CRenderer(IndexKernels):
                 return False
             stack.extend(v.srcs)
         return True
+
+    def reads_across(self, src: Value, axes: tuple[int, ...]) -> bool:
+        """Whether ``src`` reduced over ``axes``, though its logical last axis is reduced,
+        is a column reduction in memory: every stored operand it reads (through views)
+        that varies along the kept axes has its last kept axis contiguous and no reduced
+        axis contiguous.
+        A layer norm over the channels of a channels-first buffer (ConvNeXt's, over a
+        PERMUTE) read each channel with a stride, a SIMD loop of 40 gathered elements
+        per position; as a column reduction its loop runs along the positions instead
+        (ConvNeXt-atto at batch 8: 0.988x the time, docs/perf.md, session 25)."""
+        kept = [a for a in range(src.ndim) if a not in axes and src.shape[a] > 1]
+        if not kept:
+            return False
+        last = kept[-1]
+        leaves = self.leaf_strides(src)
+        if not leaves:
+            return False
+        # operands that vary along the kept axes (not a per-channel bias: a column kernel
+        # reads that once per reduced index)
+        varying = [st for st in leaves if any(st[a] for a in kept)]
+        reduced = [a for a in axes if src.shape[a] > 1]
+        return bool(varying) and all(st[last] == 1 and all(st[a] != 1 for a in reduced)
+                                     for st in varying)
+
+    def leaf_strides(self, v: Value) -> list[tuple[int, ...]] | None:
+        """The strides (per axis of ``v``) at which element-wise expression ``v`` reads
+        each stored operand, through views above or below element-wise steps (each
+        stored operand row-major); None where it reads anything else (a reduction, a
+        GEMM, a view no strides express)."""
+        out: list[tuple[int, ...]] = []
+        # (value, the movement ops between it and ``v``, innermost first)
+        stack: list[tuple[Value, tuple[Value, ...]]] = [(v, ())]
+        seen: set[tuple[int, ...]] = set()
+        while stack:
+            x, above = stack.pop()
+            key = (id(x), *map(id, above))
+            if key in seen:
+                continue
+            seen.add(key)
+            if id(x) in self.sched.buffers and id(x) not in self.computing:
+                shape, strides, _, copying = walk_views(list(above), x.shape)
+                if copying is not None or shape != v.shape:
+                    return None
+                out.append(strides)
+            elif x.op in MOVEMENT:
+                stack.append((x.srcs[0], (x, *above)))
+            elif group(x.op) is Group.CONST:
+                continue
+            elif group(x.op) in ELEMENTWISE and group(x.op) is not Group.IOTA:
+                stack.extend((src, above) for src in x.srcs)
+            else:
+                return None
+        return out
 
     def column_reduce_kernel(self, c: Value, k: KernelPlan, top: Scope) -> list[str]:
         """Blocks of kept elements ``o`` (threads take blocks); per block, every reduced
@@ -978,18 +1041,20 @@ class CRenderer(IndexKernels):
         """Coordinates of ``dims`` of ``shape`` from one flat loop variable over them."""
         sizes = [shape[d] for d in dims]
         st = self.strides(tuple(sizes))
+        total = math.prod(sizes)
         idx = [ZERO] * len(shape)
         single = sum(1 for x in sizes if x != 1) == 1
         for d, s, stride in zip(dims, sizes, st, strict=True):
             if s == 1:
                 continue
             if single:
-                code = var
-            elif stride == 1:
-                code = f"({var} % {s})"
-            else:
-                code = f"({var} / {stride} % {s})"
-            idx[d] = Expr(code, frozenset({var}))
+                idx[d] = Expr(var, frozenset({var}))
+                continue
+            code = f"({var} % {s})" if stride == 1 else f"({var} / {stride} % {s})"
+            # split off ``var`` as reshape_index splits a flat index: where a buffer lays
+            # these dims out contiguously, ``offset`` reads ``var`` itself, not a
+            # division and a remainder per dim (which keep a loop from vectorizing)
+            idx[d] = Expr(code, frozenset({var}), (var, stride, s, total))
         return tuple(idx)
 
     def inner_axes(self, c: Value) -> list[int]:
