@@ -129,19 +129,13 @@ def taps(x: Var, kernel: Sequence[int], stride: Sequence[int], padding: Sequence
 PHASE_TAPS = True
 
 
-def phase_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
-               padding: Sequence[int], dilation: Sequence[int], outs: Sequence[int],
-               fill: float = 0.0) -> list[Var]:
-    """The taps of :func:`taps` for a strided window, each a contiguous window of one
-    phase plane. The padded input is laid out phase-major, ``[B, C, prod(stride),
-    *q]`` (plane ``(a, b)`` holds the elements at rows ``a::s``, columns ``b::s``: a
-    CONCAT of strided views, stored once), so every tap reads unit-stride runs. Read in
-    place, a stride-2 tap loads every other element: GCC vectorized those loads with
-    permutes, and MobileNetV3's stride-2 depthwise convolutions (and the pools of their
-    squeeze-excitation blocks, which recompute them) ran at a fraction of the stride-1
-    ones' pace."""
+def _phase_planes(x: Var, kernel: Sequence[int], stride: Sequence[int],
+                  padding: Sequence[int], dilation: Sequence[int], outs: Sequence[int],
+                  fill: float) -> tuple[Var, tuple[int, ...], list[tuple[int, ...]]]:
+    """The padded input laid out phase-major, ``[B, C, prod(stride), *q]`` (plane
+    ``(a, b)`` holds the elements at rows ``a::s``, columns ``b::s``: a CONCAT of
+    strided views, stored once), the ``q``s, and the phases in plane order."""
     lead = x.shape[:2]
-    nd = len(kernel)
     # the padded input as rows of `stride` (taps' grid), each phase a strided view of
     # it; the padded input is stored once and the planes copied from it (built from
     # strided windows of x straight away, the planes' copy ran 2.2x slower)
@@ -150,11 +144,25 @@ def phase_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
     planes = []
     for ph in phases:
         starts, sizes = [0, 0], [*lead]
-        for i in range(nd):
+        for i in range(len(kernel)):
             starts += [0, ph[i]]
             sizes += [qs[i], 1]
         planes.append(grid.slice(tuple(starts), tuple(sizes)).reshape((*lead, 1, *qs)).v)
-    stacked = Var(concat(planes, 2))
+    return Var(concat(planes, 2)), qs, phases
+
+
+def phase_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
+               padding: Sequence[int], dilation: Sequence[int], outs: Sequence[int],
+               fill: float = 0.0) -> list[Var]:
+    """The taps of :func:`taps` for a strided window, each a contiguous window of one
+    phase plane (:func:`_phase_planes`), so every tap reads unit-stride runs. Read in
+    place, a stride-2 tap loads every other element: GCC vectorized those loads with
+    permutes, and MobileNetV3's stride-2 depthwise convolutions (and the pools of their
+    squeeze-excitation blocks, which recompute them) ran at a fraction of the stride-1
+    ones' pace."""
+    lead = x.shape[:2]
+    nd = len(kernel)
+    stacked, _, phases = _phase_planes(x, kernel, stride, padding, dilation, outs, fill)
     views = []
     for pos in itertools.product(*(range(k) for k in kernel)):
         offs = [pos[i] * dilation[i] for i in range(nd)]
@@ -506,7 +514,7 @@ def _depthwise_flat(x: Var, weight: Var, padding: Sequence[int], outs: Sequence[
 def _depthwise_flat_phases(x: Var, weight: Var, stride: Sequence[int],
                            padding: Sequence[int], outs: Sequence[int]) -> Var:
     """A strided 2-D depthwise convolution over flat phase planes: the padded input laid
-    out phase-major as in :func:`phase_taps` (plane ``(a, b)`` holds rows ``a::sh``,
+    out phase-major (:func:`_phase_planes`: plane ``(a, b)`` holds rows ``a::sh``,
     columns ``b::sw``), each plane ``qh x qw`` flattened with a spare row, so tap
     ``(i, j)`` is the run of ``Ho * qw`` elements of plane ``(i % sh, j % sw)`` from
     ``(i // sh) * qw + j // sw``. As :func:`_depthwise_flat`: the result is viewed
@@ -519,12 +527,11 @@ def _depthwise_flat_phases(x: Var, weight: Var, stride: Sequence[int],
     ho, wo = outs
     # one output row more than needed: a spare row of each plane keeps the last taps'
     # runs (which go on past their row's end) inside the plane
-    grid, (qh, qw) = _grid(x, (kh, kw), stride, padding, (1, 1), (ho + 1, wo), 0.0)
-    planes = [grid.slice((0, 0, 0, a, 0, bb), (b, c, qh, 1, qw, 1)).reshape((b, c, 1, qh, qw)).v
-              for a in range(sh) for bb in range(sw)]
+    planes, (qh, qw), _ = _phase_planes(x, (kh, kw), stride, padding, (1, 1),
+                                        (ho + 1, wo), 0.0)
     # stacked as planes, flattened after: a plane flattened before its copy divides
     # every element's index by the row length
-    stacked = Var(concat(planes, 2)).reshape((b, c, sh * sw, qh * qw))
+    stacked = planes.reshape((b, c, sh * sw, qh * qw))
     runs = [stacked.slice((0, 0, (i % sh) * sw + j % sw, (i // sh) * qw + j // sw),
                           (b, c, 1, ho * qw)).reshape((b, c, ho * qw))
             for i in range(kh) for j in range(kw)]
