@@ -10,12 +10,13 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import hologram as hg
-from hologram.compiler import team
+from hologram.compiler import cc, team
 from hologram.compiler.cc import C_PRELUDE, CCompiler
 from hologram.ops import composites as C
 
@@ -38,6 +39,34 @@ static void nested(void *ctx, int64_t lo, int64_t hi, int tid) {
   for (int64_t i = lo; i < hi; i++) hg_par_nt(count, c + 2 * 64 * i, 64, 8, 2);
 }
 void run_nested(int32_t *c, int64_t n) { hg_par_nt(nested, c, n, 1, 2); }
+/* A job whose first chunk a worker claims stalls `us` microseconds off the CPU (as a
+   worker descheduled while it holds a chunk); the other chunks spin 5 us. */
+#include <time.h>
+static _Atomic int stalled;
+static int64_t stall_us;
+static void stalling(void *ctx, int64_t lo, int64_t hi, int tid) {
+  int32_t *c = (int32_t *)ctx;
+  if (tid > 0 && stall_us > 0 && !__atomic_exchange_n(&stalled, 1, __ATOMIC_SEQ_CST)) {
+    struct timespec ts = {stall_us / 1000000, (stall_us % 1000000) * 1000};
+    nanosleep(&ts, 0);
+  } else {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t1);
+    while ((t1.tv_sec - t0.tv_sec) * 1000000000L + (t1.tv_nsec - t0.tv_nsec) < 5000);
+  }
+  for (int64_t i = lo; i < hi; i++) {
+    __atomic_fetch_add(&c[2 * i], 1, __ATOMIC_RELAXED);
+    c[2 * i + 1] = tid;
+  }
+}
+void run_stalling(int32_t *c, int64_t n, int64_t us, int64_t times) {
+  stall_us = us;
+  for (int64_t t = 0; t < times; t++) {
+    stalled = 0;
+    hg_par_nt(stalling, c + 2 * n * t, n, 1, 2);
+  }
+}
 """
 
 
@@ -59,6 +88,7 @@ def probe():
     i64 = ctypes.c_int64
     lib.run_count.argtypes = [ctypes.c_void_p, i64, i64, i64, i64]
     lib.run_nested.argtypes = [ctypes.c_void_p, i64]
+    lib.run_stalling.argtypes = [ctypes.c_void_p, i64, i64, i64]
     hold = team.library(cc).hg_team_hold
     hold.argtypes = [ctypes.c_int]
     return lib, hold
@@ -97,6 +127,114 @@ def test_workers_that_never_run_stall_nothing(probe):
         hold(0)
     np.testing.assert_array_equal(c[:, 0], 50)
     np.testing.assert_array_equal(c[:, 1], 0)
+
+
+def _affinities() -> dict[int, set[int]]:
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            out[int(t)] = os.sched_getaffinity(int(t))
+        except OSError:  # the thread ended meanwhile
+            pass
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux CPU affinity")
+def test_a_holder_off_the_cpu_is_taken_onto_the_callers(probe):
+    """A worker that holds a chunk while off the CPU (here: asleep 20 ms inside it) is
+    moved onto the caller's CPU while the caller sleeps; every chunk still runs once,
+    and afterwards no thread is left pinned to the caller's CPU."""
+    lib, _ = probe
+    stats = ctypes.c_long.in_dll(team.library(CCompiler.find()), "hg_rescues")
+    before = stats.value
+    n, times = 256, 5
+    c = np.zeros((n * times, 2), np.int32)
+    lib.run_stalling(c.ctypes.data, n, 20_000, times)
+    np.testing.assert_array_equal(c[:, 0], 1)
+    if not (c[:, 1] > 0).any():
+        pytest.skip("no worker claimed a chunk (an overloaded machine)")
+    assert stats.value - before >= 1
+    everyone = os.sched_getaffinity(0)
+    if len(everyone) > 2:  # (with two CPUs a spread worker has one of its own)
+        for tid, cpus in _affinities().items():
+            assert len(cpus) > 1, (tid, cpus)
+
+
+def test_without_a_stall_nothing_is_moved(probe):
+    """Chunks that finish in their time are not moved (a few may be, where the OS
+    deschedules a worker here for longer than its patience: a busy test machine)."""
+    lib, _ = probe
+    stats = ctypes.c_long.in_dll(team.library(CCompiler.find()), "hg_rescues")
+    before = stats.value
+    n, times = 256, 20
+    c = np.zeros((n * times, 2), np.int32)
+    lib.run_stalling(c.ctypes.data, n, 0, times)
+    np.testing.assert_array_equal(c[:, 0], 1)
+    assert (c[:, 1] > 0).any()  # the workers took part
+    assert stats.value - before <= times // 4
+
+
+def _now_us() -> float:
+    return time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6
+
+
+@pytest.fixture()
+def openmp_load(probe):
+    """OpenMP mode, and the process's record of OpenMP's loops under load (``hg_load``:
+    until, windows opened, share, this stretch's work, its start)."""
+    hg.set_threading("openmp")
+    load = (ctypes.c_double * 5).from_address(team.load_address())
+    try:
+        yield load
+    finally:
+        load[0] = 0.0
+        hg.set_threading("team")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+def test_the_share_of_time_in_openmp_regions(probe, openmp_load):
+    lib, _ = probe
+    load = openmp_load
+    c = np.zeros((256 * 40, 2), np.int32)
+    load[3], load[4] = 0.0, _now_us()
+    lib.run_stalling(c.ctypes.data, 256, 0, 40)  # regions back to back
+    assert load[2] > cc.INSIDE_MIN
+    load[3], load[4] = 0.0, _now_us()
+    for _ in range(6):  # mostly outside regions
+        time.sleep(0.005)
+        lib.run_stalling(c.ctypes.data, 16, 0, 1)
+    assert load[2] < cc.INSIDE_MIN
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+@pytest.mark.parametrize("share", [1.0, 0.0])
+def test_a_late_openmp_region_sends_loops_to_the_team(probe, openmp_load, share):
+    """A region whose end waited for a late thread (here a worker asleep 3 ms in its
+    chunk) opens a window in which loops run on the team, in a process that spends
+    most of its time in regions' work; otherwise nothing changes."""
+    lib, _ = probe
+    load = openmp_load
+    jobs = ctypes.c_long.in_dll(team.library(CCompiler.find()), "hg_jobs")
+    c = np.zeros((256, 2), np.int32)
+    for _ in range(5):
+        load[0], load[2], load[4] = 0.0, share, _now_us()  # (the stretch runs on)
+        opened = load[1]
+        lib.run_stalling(c.ctypes.data, 256, 3000, 1)
+        if (c[:, 1] > 0).any():  # a worker took part, and so stalled
+            break
+    else:
+        pytest.skip("no worker claimed a chunk (an overloaded machine)")
+    before = jobs.value
+    _count(lib, 4096, 16, 2)
+    if share > cc.INSIDE_MIN:
+        assert load[0] > _now_us() and load[1] == opened + 1
+        assert jobs.value == before + 1  # on the team
+        load[0] = 0.0
+        _count(lib, 4096, 16, 2)
+        assert jobs.value == before + 1  # back on OpenMP
+    else:
+        assert load[0] == 0.0 and load[1] == opened
+        assert jobs.value == before
 
 
 def test_nested_calls_run_on_the_calling_thread(probe):

@@ -110,8 +110,13 @@ def thread_route() -> str:
     t = threads.detect()
     mode, why = threads.threading()
     who = "hologram's thread team" if mode == "team" else "OpenMP's threads"
+    from .compiler import cc, team
+
+    busy = (f"; while a region waits {cc.LATE_US / 1000:g} ms or more for a late thread, "
+            f"on the team for {cc.BUSY_US / 1e6:g} s" if mode == "openmp" and team.WHEN_BUSY
+            else "")
     return (f"{t.count} ({t.source})" + "".join(f"; {w}" for w in t.ignored)
-            + f", on {who} ({why})")
+            + f", on {who} ({why}){busy}")
 
 
 def format_info(info: dict[str, Any]) -> str:

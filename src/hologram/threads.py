@@ -176,6 +176,17 @@ def threading() -> tuple[str, str]:
 
 def _point(lib: Any, address: Any, mode: str) -> None:
     ctypes.c_void_p.in_dll(lib, "hg_team").value = address() if mode == "team" else None
+    try:  # OpenMP's loops under load go to the team for a while (compiler/team.py)
+        busy = ctypes.c_void_p.in_dll(lib, "hg_team_busy")
+        load = ctypes.c_void_p.in_dll(lib, "hg_load")
+    except ValueError:  # not Linux, or no OpenMP
+        pass
+    else:
+        from .compiler import team
+
+        on = mode == "openmp" and team.WHEN_BUSY
+        busy.value = address() if on else None
+        load.value = team.load_address() if on else None
     try:  # OpenMP's workers move off the caller's CPU when the team's would
         from .compiler import team
 

@@ -127,6 +127,18 @@ SPREAD_C = "\n".join([
     "}",
 ])
 
+#: OpenMP's loops under load: a parallel region whose end waited longer than this
+#: (microseconds) for a late thread ...
+LATE_US = 1000
+#: ... sends the process's parallel loops to hologram's team for this long ...
+BUSY_US = 1_000_000
+#: ... where the process spends at least this share of its time in parallel regions
+#: (a moving average over regions: hologram's programs rather than PyTorch's eager ops,
+#: whose OpenMP threads would then compete with the team's).
+INSIDE_MIN = 0.6
+#: The stretch of time over which that share is taken, in microseconds.
+SHARE_US = 10_000
+
 THREADS_C = "\n".join([
     "/* A library built in parts (cc.py's split build) defines its globals in the first",
     "   part only; the others (-DHG_PART) declare them. */",
@@ -153,6 +165,27 @@ THREADS_C = "\n".join([
     "typedef void (*hg_team_fn)(hg_chunk_fn, void *, int64_t, int64_t, int);",
     "/* compiler/team.py's hg_team_run, or NULL for OpenMP (hologram.threads decides) */",
     "HG_GLOBAL(hg_team_fn hg_team, 0);",
+    "#if defined(_OPENMP) && defined(__linux__)",
+    "/* OpenMP's loops under load (team.py's \"Under load\" says why). hg_load points at",
+    "   the team's process-wide record: [0] until when (CLOCK_MONOTONIC microseconds)",
+    "   loops run on the team (hg_team_busy), [1] how many such windows opened, [2] the",
+    "   share of the time spent in regions' work over the last HG_SHARE_US or more, [3]",
+    "   that time so far in the current stretch, [4] when that stretch began. A region",
+    "   whose end waited HG_LATE_US for a late thread, in a process that spends most of",
+    "   its time in regions' work, opens such a window. */",
+    "#include <time.h>",
+    "#define HG_LATE_US " + repr(float(LATE_US)),
+    "#define HG_BUSY_US " + repr(float(BUSY_US)),
+    "#define HG_INSIDE_MIN " + repr(INSIDE_MIN),
+    "#define HG_SHARE_US " + repr(float(SHARE_US)),
+    "HG_GLOBAL(hg_team_fn hg_team_busy, 0);",
+    "HG_GLOBAL(double *hg_load, 0);",
+    "static inline double hg_clock_us(void) {",
+    "  struct timespec ts;",
+    "  clock_gettime(CLOCK_MONOTONIC, &ts);",
+    "  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;",
+    "}",
+    "#endif",
     "/* fn(ctx, lo, hi, tid) over 0..n, one call per whole chunk of `chunk` iterations",
     "   (a chunk function may store a partial per chunk), on up to nt threads */",
     "static inline void hg_par_nt(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk,",
@@ -170,6 +203,15 @@ THREADS_C = "\n".join([
     "      if (!hg_self_tid) hg_self_tid = syscall(SYS_gettid);",
     "    }",
     "    const long caller_tid = hg_self_tid;",
+    "    double *const load = hg_team_busy ? hg_load : 0;",
+    "    double start = 0.0, mine = 0.0;  /* opened; the caller found no chunk left */",
+    "    if (load) {",
+    "      start = hg_clock_us();",
+    "      if (start < load[0]) {",
+    "        hg_team_busy(fn, ctx, n, chunk, (int)nt);",
+    "        return;",
+    "      }",
+    "    }",
     "#endif",
     "#pragma omp parallel num_threads(nt)",
     "    {",
@@ -181,7 +223,25 @@ THREADS_C = "\n".join([
     "        const int64_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;",
     "        fn(ctx, lo, hi, omp_get_thread_num());",
     "      }",
+    "#ifdef __linux__",
+    "      if (load && omp_get_thread_num() == 0) mine = hg_clock_us();",
+    "#endif",
     "    }",
+    "#ifdef __linux__",
+    "    if (load) {",
+    "      const double now = hg_clock_us();",
+    "      load[3] += mine - start;  /* (not the wait: a late thread's stall is not work) */",
+    "      if (now - load[4] > HG_SHARE_US) {  /* a new share every HG_SHARE_US */",
+    "        load[2] = load[3] / (now - load[4]);",
+    "        load[3] = 0.0;",
+    "        load[4] = now;",
+    "      }",
+    "      if (now - mine > HG_LATE_US && load[2] > HG_INSIDE_MIN) {",
+    "        load[0] = now + HG_BUSY_US;",
+    "        load[1] += 1.0;",
+    "      }",
+    "    }",
+    "#endif",
     "    return;",
     "#endif",
     "  }",

@@ -32,6 +32,26 @@ process holding one of two cores, Linux balances run queues by length and would 
 the caller and the worker time-sharing one core, indefinitely. The caller is never
 moved, and nothing leaves the CPUs the process may use.
 
+A worker the OS deschedules while it holds a chunk still holds up the job: with
+another process on its core it waits a whole scheduler tick (4 ms at HZ=250) in that
+core's run queue while the caller spins (issue 21 caught every slow softmax this way).
+Its chunk cannot be run again elsewhere: a late writer could overwrite memory reused
+since. So the caller, once it has held on longer than twice its own time per chunk
+and 50 us, moves the holder onto its own CPU and sleeps on the job's done count
+(``hg_take_holders``, ``RESCUE``): the worker then runs at once on the CPU the caller
+left, finishes, wakes the caller and goes back to its former CPUs (a softmax over
+4096 x 1024 with one of two cores busy: 2.1 ms -> 1.5 ms; docs/perf.md, session 26).
+
+Under load (OpenMP's loops): in a process that has imported PyTorch hologram's loops
+run on OpenMP's threads, shared with PyTorch's eager ops (``hologram.threads``).
+OpenMP's regions cannot do any of the above: a region ends at a barrier every thread
+reaches. So a region whose end waited ``cc.LATE_US`` for a late thread, in a process
+that spends most of its time in regions (``cc.INSIDE_MIN``: hologram's programs, not
+PyTorch's eager ops, whose spinning OpenMP threads would compete with the team's),
+sends the process's loops to this team for ``cc.BUSY_US`` (``WHEN_BUSY``; the record
+is ``hg_load``). While such a window is open the workers do not spin after a job: on
+a busy machine a spinning thread takes its time from the threads with work.
+
 Each kernel library carries a pointer ``hg_team`` (``cc.THREADS_C``) that
 ``hologram.threads`` sets when it loads the library, and calls
 ``hg_team(fn, ctx, n, chunk, threads)`` with ``fn(ctx, lo, hi, tid)`` running the
@@ -54,6 +74,11 @@ SPIN_US = 1000
 #: follow the same setting when hologram's loops run on them (``cc.THREADS_C``'s
 #: ``hg_omp_spread``, applied by ``hologram.threads``).
 SPREAD = True
+#: Whether OpenMP's loops move to the team for a while once a region waited for a late
+#: thread (``cc.LATE_US``, ``cc.BUSY_US``, ``cc.INSIDE_MIN``; "Under load" above).
+WHEN_BUSY = True
+#: Whether the caller takes a worker that holds a chunk too long onto its own CPU.
+RESCUE = True
 
 SOURCE = r"""
 /* hologram thread team (compiler/team.py) */
@@ -66,6 +91,7 @@ SOURCE = r"""
 #include <time.h>
 #include <unistd.h>
 #include <sys/syscall.h>
+#include <linux/futex.h>
 /* hg:spread (cc.SPREAD_C: hg_omp_spread) */
 
 typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);
@@ -84,7 +110,7 @@ typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);
 #endif
 
 static _Atomic uint64_t hg_word;        /* gen << 48 | chunks << 24 | next */
-static _Atomic int64_t hg_done;         /* chunks of the open job that finished */
+static _Atomic int32_t hg_done;         /* chunks of the open job that finished (a futex word) */
 static _Atomic(hg_chunk_fn) hg_fn;
 static _Atomic(void *) hg_ctx;
 static _Atomic int64_t hg_n, hg_chunk;
@@ -100,6 +126,15 @@ static _Thread_local int hg_inside;     /* 1 on team threads and a caller inside
 static _Atomic int hg_caller_cpu = -1;  /* the CPU the open job's caller published it from */
 static _Atomic long hg_caller_tid;      /* and its thread id (its CPU affinity) */
 static _Thread_local long hg_tid;       /* this thread's id, once asked */
+int hg_rescue = HG_RESCUE;                     /* the caller takes a stuck holder onto its CPU */
+static _Atomic long hg_wtid[HG_TEAM_MAX];          /* workers' thread ids */
+static _Atomic double hg_since[HG_TEAM_MAX];       /* when a thread claimed its chunk; 0: none */
+static _Atomic int hg_moved[HG_TEAM_MAX];          /* the caller moved this worker */
+static unsigned long hg_saved[HG_TEAM_MAX][HG_MASK_WORDS];  /* its affinity before */
+static _Atomic int hg_waiting;          /* the caller sleeps on hg_done */
+long hg_rescues;                        /* statistics: holders moved */
+long hg_jobs;                           /* statistics: jobs published to the workers */
+double hg_load[5];                      /* OpenMP's loops under load (cc.THREADS_C's hg_load) */
 
 static double hg_now_us(void) {
   struct timespec ts;
@@ -107,22 +142,67 @@ static double hg_now_us(void) {
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-/* Claim and run chunks of the job the word holds while it is generation `gen`. */
-static void hg_claim(uint64_t gen, int tid) {
+/* A worker the caller moved onto its CPU (hg_take_holders) goes back where it was. */
+static void hg_go_back(int tid) {
+  if (tid > 0 && atomic_load(&hg_moved[tid])) {
+    atomic_store(&hg_moved[tid], 0);
+    syscall(SYS_sched_setaffinity, 0, sizeof hg_saved[tid], hg_saved[tid]);
+  }
+}
+
+/* Claim and run chunks of the job the word holds while it is generation `gen`;
+   returns how many this thread ran. */
+static int64_t hg_claim(uint64_t gen, int tid) {
+  int64_t ran = 0;
   for (;;) {
     uint64_t w = atomic_load(&hg_word);
-    if ((w >> HG_GEN_SHIFT) != gen) return;
+    if ((w >> HG_GEN_SHIFT) != gen) break;
     uint64_t n = (w >> HG_N_SHIFT) & HG_FIELD, i = w & HG_FIELD;
-    if (i >= n) return;
+    if (i >= n) break;
     if (!atomic_compare_exchange_weak(&hg_word, &w, w + 1)) continue;
     /* chunk i is ours: the job cannot close before we report it, so its fields hold */
+    if (tid > 0) atomic_store_explicit(&hg_since[tid], hg_now_us(), memory_order_relaxed);
     const int64_t chunk = atomic_load_explicit(&hg_chunk, memory_order_relaxed);
     const int64_t total = atomic_load_explicit(&hg_n, memory_order_relaxed);
     const int64_t lo = (int64_t)i * chunk, hi = lo + chunk < total ? lo + chunk : total;
     atomic_load_explicit(&hg_fn, memory_order_relaxed)(
         atomic_load_explicit(&hg_ctx, memory_order_relaxed), lo, hi, tid);
+    ran++;
+    if (tid > 0) atomic_store_explicit(&hg_since[tid], 0.0, memory_order_relaxed);
     atomic_fetch_add(&hg_done, 1);
+    if (tid > 0 && atomic_load(&hg_waiting))
+      syscall(SYS_futex, &hg_done, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+    hg_go_back(tid);
   }
+  hg_go_back(tid);
+  return ran;
+}
+
+/* The caller has run every chunk it could and waits for chunks workers hold. A holder
+   that has had its chunk much longer than the caller took for one is, on a busy
+   machine, almost always waiting in another CPU's run queue (issue 21: one whole 4 ms
+   tick behind another process). Move it onto the caller's CPU, which the caller then
+   leaves by sleeping until the chunk is done. Returns how many it moved. */
+static int hg_take_holders(int nt, double now, double patience) {
+  int moved = 0;
+  const int cpu = sched_getcpu();
+  if (cpu < 0 || cpu >= HG_MASK_WORDS * HG_WORD_BITS) return 0;
+  for (int t = 1; t < nt; t++) {
+    const double since = atomic_load_explicit(&hg_since[t], memory_order_relaxed);
+    const long tid = atomic_load_explicit(&hg_wtid[t], memory_order_relaxed);
+    if (since <= 0.0 || now - since < patience || !tid || atomic_load(&hg_moved[t])) continue;
+    if (syscall(SYS_sched_getaffinity, tid, sizeof hg_saved[t], hg_saved[t]) <= 0) continue;
+    unsigned long m[HG_MASK_WORDS] = {0};
+    m[cpu / HG_WORD_BITS] = 1UL << (cpu % HG_WORD_BITS);
+    atomic_store(&hg_moved[t], 1);
+    if (syscall(SYS_sched_setaffinity, tid, sizeof m, m) != 0) {
+      atomic_store(&hg_moved[t], 0);
+      continue;
+    }
+    moved++;
+    hg_rescues++;
+  }
+  return moved;
 }
 
 /* A worker that finds itself on the caller's CPU moves off it (cc.SPREAD_C's
@@ -141,14 +221,18 @@ static void hg_spread(void) {
 static void *hg_worker(void *arg) {
   const int tid = (int)(intptr_t)arg;
   hg_inside = 1;
+  atomic_store(&hg_wtid[tid], (long)syscall(SYS_gettid));
   uint64_t seen = atomic_load(&hg_word) >> HG_GEN_SHIFT;
   for (;;) {
     uint64_t gen = atomic_load(&hg_word) >> HG_GEN_SHIFT;
     if (gen == seen) {
-      const double until = hg_now_us() + HG_SPIN_US;
+      /* no spinning while OpenMP's loops are here for a busy machine (cc.THREADS_C):
+         a spinning thread then takes its time from the threads with work */
+      const double now = hg_now_us(), until = now < hg_load[0] ? now : now + HG_SPIN_US;
       for (int polls = 1; gen == seen; polls++) {
         HG_RELAX();
         gen = atomic_load(&hg_word) >> HG_GEN_SHIFT;
+        if ((polls & 63) == 0) hg_go_back(tid);  /* moved just after its last chunk */
         if ((polls & 63) == 0 && gen == seen && hg_now_us() > until) {
           pthread_mutex_lock(&hg_mu);
           atomic_fetch_add(&hg_sleepers, 1);
@@ -216,6 +300,7 @@ void hg_team_run(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk, int thread
   }
   const int have = hg_grow(threads);
   if (have < threads) threads = have;
+  hg_jobs++;
   if (!hg_tid) hg_tid = (long)syscall(SYS_gettid);
   atomic_store_explicit(&hg_caller_tid, hg_tid, memory_order_relaxed);
   atomic_store_explicit(&hg_caller_cpu, HG_SPREAD ? sched_getcpu() : -1, memory_order_relaxed);
@@ -233,12 +318,35 @@ void hg_team_run(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk, int thread
     pthread_mutex_unlock(&hg_mu);
   }
   hg_inside = 1;
-  hg_claim(hg_gen, 0);
+  const double start = hg_now_us();
+  const int64_t ran = hg_claim(hg_gen, 0);
   hg_inside = 0;
   /* every chunk is claimed: wait for the ones other threads are still running */
-  for (int polls = 1; atomic_load(&hg_done) < chunks; polls++) {
-    if (polls < 4096) HG_RELAX();
-    else sched_yield();  /* their thread may be waiting for this very core */
+  if (atomic_load(&hg_done) < chunks) {
+    const double mine = hg_now_us();
+    /* patience: twice the caller's own time per chunk, and 50 us */
+    const double patience = 50.0 + 2.0 * (ran > 0 ? (mine - start) / (double)ran : 0.0);
+    for (int rounds = 1;; rounds++) {
+      int32_t d = atomic_load(&hg_done);
+      if (d >= chunks) break;
+      const double now = hg_now_us();
+      if (hg_rescue && now - mine > 50.0) {
+        hg_take_holders(threads, now, patience);
+        int away = 0;
+        for (int t = 1; t < threads; t++) away |= atomic_load(&hg_moved[t]);
+        if (away) {  /* a holder is on this CPU: leave it the CPU until a chunk is done */
+          atomic_store(&hg_waiting, 1);
+          if (atomic_load(&hg_done) == d) {
+            struct timespec ts = {0, 200000};  /* and look again every 0.2 ms */
+            syscall(SYS_futex, &hg_done, FUTEX_WAIT_PRIVATE, d, &ts, 0, 0);
+          }
+          continue;
+        }
+      }
+      for (int k = 0; k < 256 && atomic_load(&hg_done) < chunks; k++) HG_RELAX();
+      if (rounds > 256) sched_yield();  /* their thread may be waiting for this very core */
+    }
+    atomic_store(&hg_waiting, 0);
   }
   pthread_mutex_unlock(&hg_run_mu);
 }
@@ -261,9 +369,21 @@ def library_source() -> str:
 
     mark = "/* hg:spread (cc.SPREAD_C: hg_omp_spread) */"
     return (f"#define HG_SPIN_US {SPIN_US}.0\n#define HG_SPREAD {int(SPREAD)}\n"
+            f"#define HG_RESCUE {int(RESCUE)}\n"
             + SOURCE.replace(mark, mark + "\n" + SPREAD_C))
 
 
 def runtime(cc: Any) -> int:
     """The address of ``hg_team_run``, which kernel libraries' ``hg_team`` point at."""
-    return ctypes.cast(library(cc).hg_team_run, ctypes.c_void_p).value or 0
+    global _LIB
+    _LIB = library(cc)
+    return ctypes.cast(_LIB.hg_team_run, ctypes.c_void_p).value or 0
+
+
+_LIB: Any = None  # the team's library, once runtime() built it
+
+
+def load_address() -> int | None:
+    """The address of the team's ``hg_load`` (after :func:`runtime`): the process's
+    record of OpenMP's loops under load (``cc.THREADS_C``)."""
+    return None if _LIB is None else ctypes.addressof(ctypes.c_double.in_dll(_LIB, "hg_load"))
