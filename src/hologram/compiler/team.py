@@ -49,8 +49,11 @@ reaches. So a region whose end waited ``cc.LATE_US`` for a late thread, in a pro
 that spends most of its time in regions (``cc.INSIDE_MIN``: hologram's programs, not
 PyTorch's eager ops, whose spinning OpenMP threads would compete with the team's),
 sends the process's loops to this team for ``cc.BUSY_US`` (``WHEN_BUSY``; the record
-is ``hg_load``). While such a window is open the workers do not spin after a job: on
-a busy machine a spinning thread takes its time from the threads with work.
+is ``hg_load``). Measured (docs/perf.md, session 26): with one of two cores busy,
+softmax 4096 x 1024 1.9-2.1x -> 1.4-1.7x its quiet time, a 2-layer BERT 1.8x -> 1.4-1.5x;
+quiet, where a stray late region opens a window now and then, the models within 1-2%.
+Workers keep spinning in a window: without it MobileNetV3-small at batch 8 paid a
+wake-up per kernel in the windows a quiet machine opens (4% slower, against 1%).
 
 Each kernel library carries a pointer ``hg_team`` (``cc.THREADS_C``) that
 ``hologram.threads`` sets when it loads the library, and calls
@@ -226,9 +229,7 @@ static void *hg_worker(void *arg) {
   for (;;) {
     uint64_t gen = atomic_load(&hg_word) >> HG_GEN_SHIFT;
     if (gen == seen) {
-      /* no spinning while OpenMP's loops are here for a busy machine (cc.THREADS_C):
-         a spinning thread then takes its time from the threads with work */
-      const double now = hg_now_us(), until = now < hg_load[0] ? now : now + HG_SPIN_US;
+      const double until = hg_now_us() + HG_SPIN_US;
       for (int polls = 1; gen == seen; polls++) {
         HG_RELAX();
         gen = atomic_load(&hg_word) >> HG_GEN_SHIFT;
