@@ -146,10 +146,26 @@ def _same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
         np.testing.assert_array_equal(u, v)
 
 
-@pytest.fixture(params=["team", "openmp"])
+@pytest.fixture(params=["team", "openmp", "openmp, busy window"])
 def threading_mode(request):
-    hg.set_threading(request.param)
-    yield request.param
+    """Who runs the loops; "openmp, busy window": OpenMP mode with a busy machine's
+    window held open, so every loop goes to the team (compiler/team.py, "Under load")."""
+    import ctypes
+
+    from hologram.compiler import team
+
+    mode = request.param.split(",")[0]
+    hg.set_threading(mode)
+    load = None
+    if "window" in request.param:
+        if not sys.platform.startswith("linux"):
+            pytest.skip("busy windows are Linux only")
+        _run_all([2])  # the team's library is built and bound
+        load = (ctypes.c_double * 5).from_address(team.load_address())
+        load[0] = float("inf")
+    yield mode
+    if load is not None:
+        load[0] = 0.0
     hg.set_threading(None)
 
 
