@@ -215,6 +215,38 @@ def test_reduction_over_several_axes_loops_over_each(ex: hg.Executor, op: str) -
     assert np.isnan(got[1]) and not np.isnan(got[0])
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_pool_over_short_rows_is_one_flat_loop_where_it_reads_contiguously(
+        ex: hg.Executor, padded: bool) -> None:
+    """A sum over 7x7 planes of a buffer laid out [channels, batch * 49] (a GEMM's output
+    as a CNN's squeeze-excitation pools it) is one SIMD loop of 49 reading at its own
+    index; over planes of a padded [.., 7, 9] buffer it keeps a loop of rows of 7 (a flat
+    loop would divide its index per element)."""
+    rng = np.random.default_rng(5)
+    width = 9 if padded else 7
+    x = rng.standard_normal((64, 8 * 7 * width)).astype(np.float32)
+    x[3, 10] = np.nan
+    x[7, 20] = np.inf
+
+    def pool(v):
+        y = (v * 2.0).reshape(64, 8, 7, width)
+        if padded:
+            y = y[:, :, :, 1:8]
+        return (y.transpose(1, 0, 2, 3) + 1.0).sum(axis=(2, 3))
+
+    src = hg.jit(pool, backend="cpu").explain(x)
+    body = src[src.index("void k0("):]
+    assert (" < 49;" in body) == (not padded), body
+    assert (" < 7;" in body) == padded, body
+    y = (x.astype(np.float64) * 2).reshape(64, 8, 7, width)
+    if padded:
+        y = y[:, :, :, 1:8]
+    want = (y.transpose(1, 0, 2, 3) + 1.0).sum(axis=(2, 3))
+    got = np.array(hg.jit(pool, backend="cpu")(x))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert np.isnan(got).any() and np.isinf(got).any()
+
+
 @pytest.mark.parametrize("w", [14, 7, 65])
 def test_short_rows_compute_plane_values_once_a_plane(ex: hg.Executor, w: int) -> None:
     """Rows of at most PLANE_ROW_MAX elements (a 14x14 plane's 14) loop over a plane's

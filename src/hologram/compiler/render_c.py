@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -179,6 +179,12 @@ FLOAT_SUM_MAX = 1024
 #: step 0.94x, transformers level (in-process A/Bs against none, docs/perf.md, session
 #: 25); 128 measured level with 64.
 PLANE_ROW_MAX = 64
+#: A reduction over several axes whose last is shorter than this runs as one flat loop
+#: over all of them (``phase``), not a loop of short SIMD rows, where every operand lays
+#: the axes out contiguously: each coordinate is tagged with its place in the flat index,
+#: so ``offset`` reads such an operand at the flat index itself (a 7x7 pool: one SIMD
+#: loop of 49); where one does not (a padded plane), the rows stay.
+NESTED_ROW_MIN = 16
 COLUMN_BLOCK = 256  # accumulators per block of a column reduction (2 KiB of doubles)
 # Ops whose operands are read at other coordinates than the result's: no flat loop.
 NOT_FLAT = frozenset({Op.EXPAND, Op.PERMUTE, Op.SLICE, Op.CONCAT,
@@ -575,21 +581,25 @@ class CRenderer(IndexKernels):
         # Several reduced axes: on the CPU a loop over the leading ones around a SIMD loop
         # over the last, where one flat loop would divide its index per element (an
         # average pool over a 56x56 plane of an inlined stride-2 convolution ran
-        # scalar: 3.8 ms of MobileNetV3-small's 26, docs/perf.md, session 15).
+        # scalar: 3.8 ms of MobileNetV3-small's 26, docs/perf.md, session 15). Rows
+        # shorter than NESTED_ROW_MIN try one flat loop first, kept where every operand
+        # reads at the flat index itself (no division left in the loop).
         nested = (self.nested_phases and len(axes) > 1 and not parallel and not row
                   and sizes[-1] > 1)
-        ro = self.fresh("r") if nested else r
-        sub = list(idx)
+        loop_parts = None
+        if nested and sizes[-1] < NESTED_ROW_MIN:
+            loop_parts = self.phase_loop(src, axes, idx, home, sizes, r, False, row)
+            divides = (f"({r} / ", f"({r}) % ")
+            if any(p in ln for ln in [*loop_parts[1].lines, loop_parts[2].code]
+                   for p in divides):
+                loop_parts = None  # an operand splits the flat index: rows after all
+            else:
+                nested = False
+        if loop_parts is None:
+            loop_parts = self.phase_loop(src, axes, idx, home, sizes, r, nested, row)
+        outer, body, x = loop_parts
+        ro = outer.var if nested else r
         lead = tuple(sizes[:-1]) if nested else tuple(sizes)
-        for a, s, st in zip(axes[:len(lead)], lead, self.strides(lead), strict=True):
-            sub[a] = Expr(ro if len(lead) == 1 else f"({ro} / {st} % {s})", frozenset({ro}))
-        if nested:
-            sub[axes[-1]] = Expr(r, frozenset({r}))
-        outer = Scope("phase", ro, home) if nested else home
-        body = Scope("phase", r, outer)
-        if row:
-            body.row_var = r
-        x = self.emit(src, tuple(sub), body, False)
         init, step, red = self.REDUCE_RULES[v.op]
         has_nan = v.op in (Op.RMAX, Op.RMIN) and d.kind == "f"
         decl = [f"{wide} {acc} = {init(d, self)};"] + ([f"int {nan} = 0;"] if has_nan else [])
@@ -615,6 +625,34 @@ class CRenderer(IndexKernels):
         if has_nan:
             result = f"({nan} ? ({self.ctype(d)})NAN : {result})"
         return self.bind(result, d, kept, home, key)
+
+    def phase_loop(self, src: Value, axes: Sequence[int], idx: tuple[Expr, ...], home: Scope,
+                   sizes: list[int], r: str, nested: bool, row: bool
+                   ) -> tuple[Scope, Scope, Expr]:
+        """A reduction's loop: (the scope around its SIMD loop, that loop's body, the
+        reduced value in it). Flat: one loop ``r`` over all reduced axes, each axis's
+        coordinate tagged with its place in ``r`` (``Expr.split``) so that ``offset``
+        reads an operand laying the axes out contiguously at ``r`` itself. Nested: a
+        loop over the leading axes around a SIMD loop ``r`` over the last."""
+        ro = self.fresh("r") if nested else r
+        sub = list(idx)
+        lead = tuple(sizes[:-1]) if nested else tuple(sizes)
+        total = math.prod(lead)
+        for a, s, st in zip(axes[:len(lead)], lead, self.strides(lead), strict=True):
+            if len(lead) == 1:
+                sub[a] = Expr(ro, frozenset({ro}))
+                continue
+            code = ro if st == 1 else f"{ro} / {st}"
+            if st * s != total:  # the outermost axis needs no remainder
+                code = f"({code}) % {s}"
+            sub[a] = Expr(f"({code})", frozenset({ro}), (ro, st, s, total))
+        if nested:
+            sub[axes[-1]] = Expr(r, frozenset({r}))
+        outer = Scope("phase", ro, home) if nested else home
+        body = Scope("phase", r, outer)
+        if row:
+            body.row_var = r
+        return outer, body, self.emit(src, tuple(sub), body, False)
 
     def team_phase(self, op: Op, wide: str, acc: str, nan: str | None, r: str, count: int,
                    decl: list[str], clauses: str, loop: list[str],
