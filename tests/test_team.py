@@ -139,21 +139,27 @@ def _affinities() -> dict[int, set[int]]:
     return out
 
 
+def _stalling_jobs(lib, us: int, times: int) -> tuple[np.ndarray, int]:
+    """``times`` jobs of 256 chunks whose first worker chunk stalls ``us`` off the CPU:
+    the visit counts and threads per index (every index checked visited once), and how
+    many holders the callers moved."""
+    stats = ctypes.c_long.in_dll(team.library(CCompiler.find()), "hg_rescues")
+    before = stats.value
+    c = np.zeros((256 * times, 2), np.int32)
+    lib.run_stalling(c.ctypes.data, 256, us, times)
+    np.testing.assert_array_equal(c[:, 0], 1)
+    return c, stats.value - before
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux CPU affinity")
 def test_a_holder_off_the_cpu_is_taken_onto_the_callers(probe):
     """A worker that holds a chunk while off the CPU (here: asleep 20 ms inside it) is
     moved onto the caller's CPU while the caller sleeps; every chunk still runs once,
     and afterwards no thread is left pinned to the caller's CPU."""
-    lib, _ = probe
-    stats = ctypes.c_long.in_dll(team.library(CCompiler.find()), "hg_rescues")
-    before = stats.value
-    n, times = 256, 5
-    c = np.zeros((n * times, 2), np.int32)
-    lib.run_stalling(c.ctypes.data, n, 20_000, times)
-    np.testing.assert_array_equal(c[:, 0], 1)
+    c, moved = _stalling_jobs(probe[0], 20_000, 5)
     if not (c[:, 1] > 0).any():
         pytest.skip("no worker claimed a chunk (an overloaded machine)")
-    assert stats.value - before >= 1
+    assert moved >= 1
     everyone = os.sched_getaffinity(0)
     if len(everyone) > 2:  # (with two CPUs a spread worker has one of its own)
         for tid, cpus in _affinities().items():
@@ -163,15 +169,10 @@ def test_a_holder_off_the_cpu_is_taken_onto_the_callers(probe):
 def test_without_a_stall_nothing_is_moved(probe):
     """Chunks that finish in their time are not moved (a few may be, where the OS
     deschedules a worker here for longer than its patience: a busy test machine)."""
-    lib, _ = probe
-    stats = ctypes.c_long.in_dll(team.library(CCompiler.find()), "hg_rescues")
-    before = stats.value
-    n, times = 256, 20
-    c = np.zeros((n * times, 2), np.int32)
-    lib.run_stalling(c.ctypes.data, n, 0, times)
-    np.testing.assert_array_equal(c[:, 0], 1)
+    times = 20
+    c, moved = _stalling_jobs(probe[0], 0, times)
     assert (c[:, 1] > 0).any()  # the workers took part
-    assert stats.value - before <= times // 4
+    assert moved <= times // 4
 
 
 def _now_us() -> float:
