@@ -238,6 +238,26 @@ def test_a_late_openmp_region_sends_loops_to_the_team(probe, openmp_load, share)
         assert jobs.value == before
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+def test_without_a_team_library_openmp_mode_keeps_its_loops(probe, monkeypatch):
+    """Where the team's C does not build, binding a library in OpenMP mode warns once and
+    leaves its loops on OpenMP (no busy windows), rather than failing the load."""
+    from hologram import threads
+
+    lib, _ = probe
+
+    def no_team() -> int:
+        raise cc.CompileError("no compiler for the team here")
+
+    monkeypatch.setattr(threads, "_WARNED", set())
+    with pytest.warns(RuntimeWarning, match="thread team does not build here"):
+        threads._point(lib, no_team, "openmp")
+    assert ctypes.c_void_p.in_dll(lib, "hg_team_busy").value is None
+    assert ctypes.c_void_p.in_dll(lib, "hg_load").value is None
+    np.testing.assert_array_equal(_count(lib, 4096, 16, 2)[:, 0], 1)
+    threads._point(lib, lambda: team.runtime(CCompiler.find()), "team")  # as it was
+
+
 def test_nested_calls_run_on_the_calling_thread(probe):
     lib, _ = probe
     c = np.zeros((16 * 64, 2), np.int32)

@@ -183,9 +183,17 @@ def _point(lib: Any, address: Any, mode: str) -> None:
         pass
     else:
         from .compiler import team
+        from .compiler.cc import CompileError
 
         on = mode == "openmp" and team.WHEN_BUSY
-        busy.value = address() if on else None
+        try:
+            busy.value = address() if on else None
+        except CompileError as e:  # no team to go to: OpenMP throughout, as before
+            first = (str(e).splitlines() or [""])[0]
+            _warn_once(f"hologram: the thread team does not build here ({first}); parallel "
+                       "loops stay on OpenMP's threads on a busy machine")
+            busy.value = None
+            on = False
         load.value = team.load_address() if on else None
     try:  # OpenMP's workers move off the caller's CPU when the team's would
         from .compiler import team
@@ -193,6 +201,15 @@ def _point(lib: Any, address: Any, mode: str) -> None:
         ctypes.c_int.in_dll(lib, "hg_omp_spreads").value = int(team.SPREAD)
     except ValueError:  # not Linux, or no OpenMP: nothing to move
         pass
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def bind_team(lib: Any, address: Any) -> None:
