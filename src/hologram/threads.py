@@ -175,6 +175,9 @@ def threading() -> tuple[str, str]:
 
 
 def _point(lib: Any, address: Any, mode: str) -> None:
+    from .compiler import team
+    from .compiler.cc import CompileError
+
     ctypes.c_void_p.in_dll(lib, "hg_team").value = address() if mode == "team" else None
     try:  # OpenMP's loops under load go to the team for a while (compiler/team.py)
         busy = ctypes.c_void_p.in_dll(lib, "hg_team_busy")
@@ -182,9 +185,6 @@ def _point(lib: Any, address: Any, mode: str) -> None:
     except ValueError:  # not Linux, or no OpenMP
         pass
     else:
-        from .compiler import team
-        from .compiler.cc import CompileError
-
         on = mode == "openmp" and team.WHEN_BUSY
         try:
             busy.value = address() if on else None
@@ -196,8 +196,6 @@ def _point(lib: Any, address: Any, mode: str) -> None:
             on = False
         load.value = team.load_address() if on else None
     try:  # OpenMP's workers move off the caller's CPU when the team's would
-        from .compiler import team
-
         ctypes.c_int.in_dll(lib, "hg_omp_spreads").value = int(team.SPREAD)
     except ValueError:  # not Linux, or no OpenMP: nothing to move
         pass

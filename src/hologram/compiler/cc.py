@@ -127,14 +127,25 @@ SPREAD_C = "\n".join([
     "}",
 ])
 
+#: ``hg_now_us()``: CLOCK_MONOTONIC in microseconds, for the team's patience and spin
+#: (``team.py``) and OpenMP regions' timing under load (``THREADS_C``).
+CLOCK_C = "\n".join([
+    "#include <time.h>",
+    "static inline double hg_now_us(void) {",
+    "  struct timespec ts;",
+    "  clock_gettime(CLOCK_MONOTONIC, &ts);",
+    "  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;",
+    "}",
+])
+
 #: OpenMP's loops under load: a parallel region whose end waited longer than this
 #: (microseconds) for a late thread ...
 LATE_US = 1000
 #: ... sends the process's parallel loops to hologram's team for this long ...
 BUSY_US = 1_000_000
-#: ... where the process spends at least this share of its time in parallel regions
-#: (a moving average over regions: hologram's programs rather than PyTorch's eager ops,
-#: whose OpenMP threads would then compete with the team's).
+#: ... where the callers' work inside parallel regions was at least this share of the
+#: last ``SHARE_US`` (hologram's programs rather than PyTorch's eager ops, whose OpenMP
+#: threads would then compete with the team's).
 INSIDE_MIN = 0.6
 #: The stretch of time over which that share is taken, in microseconds.
 SHARE_US = 10_000
@@ -173,18 +184,13 @@ THREADS_C = "\n".join([
     "   that time so far in the current stretch, [4] when that stretch began. A region",
     "   whose end waited HG_LATE_US for a late thread, in a process that spends most of",
     "   its time in regions' work, opens such a window. */",
-    "#include <time.h>",
+    CLOCK_C,
     "#define HG_LATE_US " + repr(float(LATE_US)),
     "#define HG_BUSY_US " + repr(float(BUSY_US)),
     "#define HG_INSIDE_MIN " + repr(INSIDE_MIN),
     "#define HG_SHARE_US " + repr(float(SHARE_US)),
     "HG_GLOBAL(hg_team_fn hg_team_busy, 0);",
     "HG_GLOBAL(double *hg_load, 0);",
-    "static inline double hg_clock_us(void) {",
-    "  struct timespec ts;",
-    "  clock_gettime(CLOCK_MONOTONIC, &ts);",
-    "  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;",
-    "}",
     "#endif",
     "/* fn(ctx, lo, hi, tid) over 0..n, one call per whole chunk of `chunk` iterations",
     "   (a chunk function may store a partial per chunk), on up to nt threads */",
@@ -206,7 +212,7 @@ THREADS_C = "\n".join([
     "    double *const load = hg_team_busy ? hg_load : 0;",
     "    double start = 0.0, mine = 0.0;  /* opened; the caller found no chunk left */",
     "    if (load) {",
-    "      start = hg_clock_us();",
+    "      start = hg_now_us();",
     "      if (start < load[0]) {",
     "        hg_team_busy(fn, ctx, n, chunk, (int)nt);",
     "        return;",
@@ -224,12 +230,12 @@ THREADS_C = "\n".join([
     "        fn(ctx, lo, hi, omp_get_thread_num());",
     "      }",
     "#ifdef __linux__",
-    "      if (load && omp_get_thread_num() == 0) mine = hg_clock_us();",
+    "      if (load && omp_get_thread_num() == 0) mine = hg_now_us();",
     "#endif",
     "    }",
     "#ifdef __linux__",
     "    if (load) {",
-    "      const double now = hg_clock_us();",
+    "      const double now = hg_now_us();",
     "      load[3] += mine - start;  /* (not the wait: a late thread's stall is not work) */",
     "      if (now - load[4] > HG_SHARE_US) {  /* a new share every HG_SHARE_US */",
     "        load[2] = load[3] / (now - load[4]);",

@@ -589,7 +589,7 @@ class CRenderer(IndexKernels):
         loop_parts = None
         if nested and sizes[-1] < NESTED_ROW_MIN:
             loop_parts = self.phase_loop(src, axes, idx, home, sizes, r, False, row)
-            divides = (f"({r} / ", f"({r}) % ")
+            divides = (f"({r} / ", f"({r} % ")  # unravel's coordinates, not merged
             if any(p in ln for ln in [*loop_parts[1].lines, loop_parts[2].code]
                    for p in divides):
                 loop_parts = None  # an operand splits the flat index: rows after all
@@ -635,17 +635,9 @@ class CRenderer(IndexKernels):
         reads an operand laying the axes out contiguously at ``r`` itself. Nested: a
         loop over the leading axes around a SIMD loop ``r`` over the last."""
         ro = self.fresh("r") if nested else r
-        sub = list(idx)
-        lead = tuple(sizes[:-1]) if nested else tuple(sizes)
-        total = math.prod(lead)
-        for a, s, st in zip(axes[:len(lead)], lead, self.strides(lead), strict=True):
-            if len(lead) == 1:
-                sub[a] = Expr(ro, frozenset({ro}))
-                continue
-            code = ro if st == 1 else f"{ro} / {st}"
-            if st * s != total:  # the outermost axis needs no remainder
-                code = f"({code}) % {s}"
-            sub[a] = Expr(f"({code})", frozenset({ro}), (ro, st, s, total))
+        lead = list(axes[:-1] if nested else axes)
+        split = self.unravel(ro, src.shape, lead)
+        sub = [split[a] if a in lead else e for a, e in enumerate(idx)]
         if nested:
             sub[axes[-1]] = Expr(r, frozenset({r}))
         outer = Scope("phase", ro, home) if nested else home

@@ -95,7 +95,7 @@ SOURCE = r"""
 #include <unistd.h>
 #include <sys/syscall.h>
 #include <linux/futex.h>
-/* hg:spread (cc.SPREAD_C: hg_omp_spread) */
+/* hg:spread (cc.SPREAD_C: hg_omp_spread; cc.CLOCK_C: hg_now_us) */
 
 typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);
 
@@ -139,12 +139,6 @@ long hg_rescues;                        /* statistics: holders moved */
 long hg_jobs;                           /* statistics: jobs published to the workers */
 double hg_load[5];                      /* OpenMP's loops under load (cc.THREADS_C's hg_load) */
 
-static double hg_now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
 /* A worker the caller moved onto its CPU (hg_take_holders) goes back where it was. */
 static void hg_go_back(int tid) {
   if (tid > 0 && atomic_load(&hg_moved[tid])) {
@@ -185,11 +179,10 @@ static int64_t hg_claim(uint64_t gen, int tid) {
    that has had its chunk much longer than the caller took for one is, on a busy
    machine, almost always waiting in another CPU's run queue (issue 21: one whole 4 ms
    tick behind another process). Move it onto the caller's CPU, which the caller then
-   leaves by sleeping until the chunk is done. Returns how many it moved. */
-static int hg_take_holders(int nt, double now, double patience) {
-  int moved = 0;
+   leaves by sleeping until the chunk is done. */
+static void hg_take_holders(int nt, double now, double patience) {
   const int cpu = sched_getcpu();
-  if (cpu < 0 || cpu >= HG_MASK_WORDS * HG_WORD_BITS) return 0;
+  if (cpu < 0 || cpu >= HG_MASK_WORDS * HG_WORD_BITS) return;
   for (int t = 1; t < nt; t++) {
     const double since = atomic_load_explicit(&hg_since[t], memory_order_relaxed);
     const long tid = atomic_load_explicit(&hg_wtid[t], memory_order_relaxed);
@@ -202,10 +195,8 @@ static int hg_take_holders(int nt, double now, double patience) {
       atomic_store(&hg_moved[t], 0);
       continue;
     }
-    moved++;
     hg_rescues++;
   }
-  return moved;
 }
 
 /* A worker that finds itself on the caller's CPU moves off it (cc.SPREAD_C's
@@ -366,12 +357,12 @@ RUNTIME_KEY = {"runtime": "team"}
 
 def library_source() -> str:
     """The team's C source."""
-    from .cc import SPREAD_C
+    from .cc import CLOCK_C, SPREAD_C
 
-    mark = "/* hg:spread (cc.SPREAD_C: hg_omp_spread) */"
+    mark = "/* hg:spread (cc.SPREAD_C: hg_omp_spread; cc.CLOCK_C: hg_now_us) */"
     return (f"#define HG_SPIN_US {SPIN_US}.0\n#define HG_SPREAD {int(SPREAD)}\n"
             f"#define HG_RESCUE {int(RESCUE)}\n"
-            + SOURCE.replace(mark, mark + "\n" + SPREAD_C))
+            + SOURCE.replace(mark, f"{mark}\n{SPREAD_C}\n{CLOCK_C}"))
 
 
 def runtime(cc: Any) -> int:
