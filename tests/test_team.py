@@ -5,6 +5,7 @@ working team of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import subprocess
@@ -211,29 +212,32 @@ def test_the_share_of_time_in_openmp_regions(probe, openmp_load):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
-@pytest.mark.parametrize("share", [1.0, 0.0])
-def test_a_late_openmp_region_sends_loops_to_the_team(probe, openmp_load, share):
+@pytest.mark.parametrize("share,compiling", [(1.0, False), (0.0, False), (1.0, True)])
+def test_a_late_openmp_region_sends_loops_to_the_team(probe, openmp_load, share, compiling):
     """A region whose end waited for a late thread (here a worker asleep 5 ms in its
     chunk) opens a window in which loops run on the team, in a process that spends
-    most of its time in regions' work; otherwise nothing changes."""
+    most of its time in regions' work and compiles nothing (hologram's own compiler
+    takes the cores: ``team.compiling``); otherwise nothing changes."""
     lib, _ = probe
     load = openmp_load
     jobs = ctypes.c_long.in_dll(team.library(CCompiler.find()), "hg_jobs")
     c = np.zeros((256, 2), np.int32)
     took_part = False
+    opens = share > cc.INSIDE_MIN and not compiling
     for _ in range(5):  # (a descheduled caller can end its share after the stall)
         c[:] = 0
         load[0], load[2], load[4] = 0.0, share, _now_us()  # (the stretch runs on)
         opened = load[1]
-        lib.run_stalling(c.ctypes.data, 256, 5000, 1)
+        with team.compiling() if compiling else contextlib.nullcontext():
+            lib.run_stalling(c.ctypes.data, 256, 5000, 1)
         took_part = took_part or bool((c[:, 1] > 0).any())  # a worker claimed, so stalled
-        if took_part and (share < cc.INSIDE_MIN or load[0] > 0.0):
+        if took_part and (not opens or load[0] > 0.0):
             break
     if not took_part:
         pytest.skip("no worker claimed a chunk (an overloaded machine)")
     before = jobs.value
     _count(lib, 4096, 16, 2)
-    if share > cc.INSIDE_MIN:
+    if opens:
         assert load[0] > _now_us() and load[1] == opened + 1
         assert jobs.value == before + 1  # on the team
         load[0] = 0.0

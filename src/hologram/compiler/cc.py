@@ -181,9 +181,10 @@ THREADS_C = "\n".join([
     "   the team's process-wide record: [0] until when (CLOCK_MONOTONIC microseconds)",
     "   loops run on the team (hg_team_busy), [1] how many such windows opened, [2] the",
     "   share of the time spent in regions' work over the last HG_SHARE_US or more, [3]",
-    "   that time so far in the current stretch, [4] when that stretch began. A region",
-    "   whose end waited HG_LATE_US for a late thread, in a process that spends most of",
-    "   its time in regions' work, opens such a window. */",
+    "   that time so far in the current stretch, [4] when that stretch began, [5] how",
+    "   many of hologram's own compiles run. A region whose end waited HG_LATE_US for a",
+    "   late thread, in a process that spends most of its time in regions' work and",
+    "   compiles nothing, opens such a window. */",
     CLOCK_C,
     "#define HG_LATE_US " + repr(float(LATE_US)),
     "#define HG_BUSY_US " + repr(float(BUSY_US)),
@@ -242,7 +243,7 @@ THREADS_C = "\n".join([
     "        load[3] = 0.0;",
     "        load[4] = now;",
     "      }",
-    "      if (now - mine > HG_LATE_US && load[2] > HG_INSIDE_MIN) {",
+    "      if (now - mine > HG_LATE_US && load[2] > HG_INSIDE_MIN && load[5] == 0.0) {",
     "        load[0] = now + HG_BUSY_US;",
     "        load[1] += 1.0;",
     "      }",
@@ -555,6 +556,15 @@ class CCompiler:
     def command_line(self, out_path: Path, src_path: Path) -> list[str]:
         return [*self.command, *self.flags, "-o", str(out_path), str(src_path), *self.libs]
 
+    def _build_counted(self, source: str, out_path: Path, src_path: Path) -> None:
+        """:meth:`build`, counted as hologram's own compiling: the compiler's processes
+        take the cores meanwhile, and a parallel region they make late is no sign of a
+        busy machine (``team.compiling``)."""
+        from . import team
+
+        with team.compiling():
+            self.build(source, out_path, src_path)
+
     def build(self, source: str, out_path: Path, src_path: Path) -> None:
         """Write ``source`` to ``src_path`` and compile it into the shared object ``out_path``.
 
@@ -637,7 +647,7 @@ class CCompiler:
         if lib is not None:
             return lib
         path = KERNEL_CACHE.get_or_build(
-            parts, source, lambda src, out: self.build(source, out, src))
+            parts, source, lambda src, out: self._build_counted(source, out, src))
         with _LOADED_LOCK:
             lib = _LOADED.get(key)
             if lib is None:

@@ -63,8 +63,11 @@ iterations ``lo..hi`` on thread ``tid`` (0: the caller; below ``threads``).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 #: How long a worker polls for the next job before it sleeps, in microseconds. A
@@ -137,7 +140,7 @@ static unsigned long hg_saved[HG_TEAM_MAX][HG_MASK_WORDS];  /* its affinity befo
 static _Atomic int hg_waiting;          /* the caller sleeps on hg_done */
 long hg_rescues;                        /* statistics: holders moved */
 long hg_jobs;                           /* statistics: jobs published to the workers */
-double hg_load[5];                      /* OpenMP's loops under load (cc.THREADS_C's hg_load) */
+double hg_load[6];                      /* OpenMP's loops under load (cc.THREADS_C's hg_load) */
 
 /* A worker the caller moved onto its CPU (hg_take_holders) goes back where it was. */
 static void hg_go_back(int tid) {
@@ -368,11 +371,40 @@ def library_source() -> str:
 def runtime(cc: Any) -> int:
     """The address of ``hg_team_run``, which kernel libraries' ``hg_team`` point at."""
     global _LIB
-    _LIB = library(cc)
+    lib = library(cc)
+    if lib is not _LIB:
+        _LIB = lib
+        with _COMPILING_LOCK:
+            _publish_compiling()
     return ctypes.cast(_LIB.hg_team_run, ctypes.c_void_p).value or 0
 
 
 _LIB: Any = None  # the team's library, once runtime() built it
+_COMPILING = 0  # hologram's compiles in flight (compiling())
+_COMPILING_LOCK = threading.Lock()
+
+
+def _publish_compiling() -> None:
+    if _LIB is not None:  # hg_load[5]: what cc.THREADS_C's regions read
+        (ctypes.c_double * 6).in_dll(_LIB, "hg_load")[5] = float(_COMPILING)
+
+
+@contextlib.contextmanager
+def compiling() -> Iterator[None]:
+    """While hologram's own compiler runs (``cc.CCompiler``), a late OpenMP region opens
+    no busy window: the compiler's processes are what took the cores (a cold README demo
+    opened one, and the team then ran its whole timed training, 1.04-1.29x eager's step
+    time against 1.07-1.11x faster without; docs/perf.md, session 26)."""
+    global _COMPILING
+    with _COMPILING_LOCK:
+        _COMPILING += 1
+        _publish_compiling()
+    try:
+        yield
+    finally:
+        with _COMPILING_LOCK:
+            _COMPILING -= 1
+            _publish_compiling()
 
 
 def load_address() -> int | None:
