@@ -8,9 +8,11 @@ phases of each, pooled).
 Workloads, each a PyTorch function run by eager PyTorch, ``torch.compile`` with
 Inductor and ``torch.compile(backend="hologram")``: GELU (tanh form) over 10M float32,
 softmax over 4096x1024, a GEMM + bias + GELU (512x1024 @ 1024x4096), an MLP training
-step (64-256-256-10, batch 256, Adam, the model compiled), and a 2-layer BERT
+step (64-256-256-10, batch 256, Adam; the model and ``opt.step`` compiled, PyTorch's
+compiled-optimizer recipe, so the compiled rows run no eager op), and a 2-layer BERT
 (transformers' BertModel, hidden 768, random weights) at batch 1, seq 128. Samples of
-all three are interleaved within each condition; the background load is a Python
+all three are interleaved within each condition, each sample settled (``SETTLE_S``);
+the background load is a Python
 busy loop (one core's worth of work, left to the OS scheduler, as a second program
 on a laptop or CI runner would be).
 
@@ -39,6 +41,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import Report, from_samples, measure_interleaved, parser, target  # noqa: E402
 
 BACKENDS = ("eager", "inductor", "hologram")
+#: Pause (then one untimed call) before each sample: PyTorch's OpenMP threads spin
+#: about 8 ms after an eager op and OpenBLAS's about 0.1 s after a product, so
+#: without it each sample would also carry the previous backend's spinning threads,
+#: a third and fourth runnable thread beside the busy loop (PyTorch's: about 7.7 ms
+#: of CPU after one eager op, docs/perf.md, session 26). Each backend is then timed
+#: as it runs in a loop of its own.
+SETTLE_S = 0.12
+SAMPLE_S = 0.05  # seconds of back-to-back calls per sample
 
 
 def _workloads(quick: bool) -> dict[str, tuple[Callable[[], Any], Callable[[str], Any]]]:
@@ -72,11 +82,12 @@ def _workloads(quick: bool) -> dict[str, tuple[Callable[[], Any], Callable[[str]
         opt = torch.optim.Adam(m.parameters(), lr=1e-3)
         x, y = torch.randn(256, 64), torch.randint(0, 10, (256,))
         fwd = compiled(lambda a, t: F.cross_entropy(m(a), t), backend)
+        update = compiled(opt.step, backend)  # PyTorch's "compiled optimizer" recipe
 
         def step() -> None:
             opt.zero_grad(set_to_none=True)
             fwd(x, y).backward()
-            opt.step()
+            update()
         return step
 
     def bert(backend: str) -> Callable[[], Any]:
@@ -123,9 +134,11 @@ def _alternated(calls: dict[str, Callable[[], Any]], rounds: int, repeat: int
     in the next, session 19), so one phase of each says little."""
     phases: dict[str, list[dict[str, Any]]] = {"quiet": [], "busy": []}
     for _ in range(rounds):
-        phases["quiet"].append(measure_interleaved(calls, repeat=repeat, sample_s=0.05))
+        phases["quiet"].append(measure_interleaved(calls, repeat=repeat, sample_s=SAMPLE_S,
+                                                    settle_s=SETTLE_S))
         with BusyCore():
-            phases["busy"].append(measure_interleaved(calls, repeat=repeat, sample_s=0.05))
+            phases["busy"].append(measure_interleaved(calls, repeat=repeat, sample_s=SAMPLE_S,
+                                                       settle_s=SETTLE_S))
     pooled = {cond: {name: from_samples([x for t in runs for x in t[name].samples],
                                         runs[0][name].inner) for name in calls}
               for cond, runs in phases.items()}
