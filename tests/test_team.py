@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import os
 import subprocess
 import sys
@@ -360,14 +361,15 @@ def test_threading_mode_sources(monkeypatch):
         hg.set_threading("team")
 
 
-def test_importing_hologram_torch_moves_kernels_to_openmp():
-    """In a process that imports PyTorch, OpenMP runs the loops (one pool of threads
-    per process); a kernel loaded before the import moves to it."""
+def test_importing_hologram_torch_keeps_the_team_which_steps_aside():
+    """In a process that imports PyTorch the team keeps the loops, and steps aside for
+    PyTorch's eager ops (``team.set_aside``); a mode the user chose is left as it is."""
     pytest.importorskip("torch")
     code = (
-        "import ctypes\n"
+        "import ctypes, sys\n"
         "import numpy as np, hologram as hg\n"
         "from hologram import threads\n"
+        "from hologram.compiler import team\n"
         "f = hg.jit(lambda v: v * 2.0)\n"
         "x = np.ones(1 << 20, np.float32)\n"
         "f(x)\n"
@@ -376,13 +378,64 @@ def test_importing_hologram_torch_moves_kernels_to_openmp():
         "before = ctypes.c_void_p.in_dll(lib, 'hg_team').value\n"
         "import hologram_torch\n"
         "after = ctypes.c_void_p.in_dll(lib, 'hg_team').value\n"
-        "assert threads.threading()[0] == 'openmp', threads.threading()\n"
-        "assert before and not after, (before, after)\n"
+        "want = int(sys.argv[1])\n"
+        "mode, why = threads.threading()\n"
+        "assert mode == 'team' and ('PyTorch' in why) == bool(want), (mode, why)\n"
+        "assert before and after == before, (before, after)\n"
+        "aside = lambda: ctypes.c_int.in_dll(team._LIB, 'hg_aside_on').value\n"
+        "assert aside() == want, aside()\n"
         "assert (f(x) == 2).all()\n")
-    env = {k: v for k, v in os.environ.items() if k != "HOLOGRAM_THREADING"}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=env, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
+    for chosen, aside in ((None, 1), ("team", 0)):
+        env = {k: v for k, v in os.environ.items() if k != "HOLOGRAM_THREADING"}
+        if chosen:
+            env["HOLOGRAM_THREADING"] = chosen
+        r = subprocess.run([sys.executable, "-c", code, str(aside)], capture_output=True,
+                           text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_the_team_steps_aside_while_other_threads_keep_a_cpu_busy():
+    """With ``set_aside`` on, the team declines its jobs (they open OpenMP regions,
+    same results) once the process's other threads used more than ``OTHERS_MAX`` of a
+    CPU over a probe, and not while they are idle."""
+    from hologram import threads
+
+    if threads.get_num_threads() < 2:
+        pytest.skip("one thread: no parallel loop reaches the team")
+    hg.set_threading("team")
+    f = hg.jit(lambda v: v * 2.0 + 1.0)
+    x = np.arange(1 << 22, dtype=np.float32)
+    want = x * 2.0 + 1.0
+    np.testing.assert_array_equal(f(x), want)
+    team.set_aside(True)
+    try:
+        time.sleep(0.5)  # spinning pools of earlier tests go to sleep
+        before = team.asides()
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:
+            f(x)
+        assert team.asides() == before
+        stop = threading.Event()
+        data = b"x" * (1 << 22)
+
+        def burn() -> None:  # hashlib releases the GIL: a CPU's worth outside it
+            while not stop.is_set():
+                hashlib.sha256(data).digest()
+
+        burner = threading.Thread(target=burn)
+        burner.start()
+        try:
+            end = time.monotonic() + 5.0
+            while team.asides() == before and time.monotonic() < end:
+                got = f(x)  # back to back: a gap of team.GAP_US restarts the probe
+        finally:
+            stop.set()
+            burner.join()
+        assert team.asides() > before
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(f(x), want)  # on OpenMP's threads now
+    finally:
+        team.set_aside(False)
 
 
 def test_a_stored_concat_is_one_team_job():

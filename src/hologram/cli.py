@@ -115,8 +115,10 @@ def thread_route() -> str:
     busy = (f"; while a region waits {cc.LATE_US / 1000:g} ms or more for a late thread, "
             f"on the team for {cc.BUSY_US / 1e6:g} s" if mode == "openmp" and team.WHEN_BUSY
             else "")
+    aside = (f"; stood aside {team.asides()} time(s) so far" if mode == "team"
+             and team.asides() else "")
     return (f"{t.count} ({t.source})" + "".join(f"; {w}" for w in t.ignored)
-            + f", on {who} ({why}){busy}")
+            + f", on {who} ({why}){busy}{aside}")
 
 
 def format_info(info: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ from numpy.lib.array_utils import byte_bounds
 from .backends import registry
 from .backends.base import Backend
 from .buffer import Buffer, DeviceBuffer, normalize_shape
+from .compiler import team
 from .errors import (
     AliasError,
     ArgumentTypeError,
@@ -267,7 +268,8 @@ class Executor:
 
         def build() -> None:
             try:
-                built = finish()
+                with team.compiling():  # (its CPU time is not PyTorch's: team.py)
+                    built = finish()
                 with self._lock:
                     done.set_result(self._kernels.setdefault(key, built))
             except BaseException as e:  # raised where the caller waits for it

@@ -146,13 +146,15 @@ def get_num_threads() -> int:
 
 # --- who runs the parallel loops: hologram's team or OpenMP -------------------------------
 #: ``HOLOGRAM_THREADING``: ``team`` (hologram's own thread team, ``compiler/team.py``) or
-#: ``openmp`` (the process's OpenMP runtime). Unset: the team, except in a process that
-#: has imported PyTorch, whose eager ops run on OpenMP's threads: there hologram shares
-#: that one pool rather than bring a second (two pools of spinning threads on the same
-#: cores slow each other: a kernel right after a torch op ran 1.5-3x slower on the team,
-#: the README demo's step 5% slower, a GPT-2 training step 3%; docs/perf.md, session
-#: 11). The team never waits for a thread the OS has not started, so it holds up better
-#: on a busy machine (bench_busy: slowdowns 1.3-2.1x against OpenMP's 1.5-2.8x).
+#: ``openmp`` (the process's OpenMP runtime). Unset: the team. The team never waits for
+#: a thread the OS has not started, so it holds up better on a busy machine (bench_busy,
+#: session 27: 1.18-1.49x slower with a core taken, OpenMP up to 2.08x). In a process
+#: that has imported PyTorch, whose eager ops run on OpenMP's threads, two pools of
+#: spinning threads on the same cores slow each other (a kernel right after a torch op
+#: ran 1.5-3x slower on the team, docs/perf.md, session 11; an MLP step with its Adam
+#: eager 1.4-1.5x, session 27), so there the team steps aside to OpenMP's threads while
+#: the process's other threads keep a CPU busy (``team.set_aside``); until session 27
+#: hologram used OpenMP there throughout.
 THREADING_ENV = "HOLOGRAM_THREADING"
 THREADING_MODES = ("team", "openmp")
 _MODE: str | None = None
@@ -169,9 +171,18 @@ def threading() -> tuple[str, str]:
     why = (f"{THREADING_ENV}={raw!r} ignored: expected one of {', '.join(THREADING_MODES)}; "
            if raw else "")
     if "torch" in sys.modules:
-        return "openmp", why + ("PyTorch is loaded: hologram shares its OpenMP threads "
-                                "(one pool per process)")
+        return "team", why + ("PyTorch is loaded: the team, which hands its loops to "
+                              "OpenMP's threads (PyTorch's) while PyTorch's eager ops "
+                              "keep them busy")
     return "team", why + "default"
+
+
+def _beside_torch() -> bool:
+    """Whether the team steps aside for PyTorch's eager ops (``compiler/team.py``,
+    "Beside PyTorch"): the default in a process that has imported PyTorch, not a
+    mode the user chose."""
+    return (_MODE is None and "torch" in sys.modules
+            and os.environ.get(THREADING_ENV, "").strip().lower() not in THREADING_MODES)
 
 
 def _point(lib: Any, address: Any, mode: str) -> None:
@@ -179,6 +190,7 @@ def _point(lib: Any, address: Any, mode: str) -> None:
     from .compiler.cc import CompileError
 
     ctypes.c_void_p.in_dll(lib, "hg_team").value = address() if mode == "team" else None
+    team.set_aside(mode == "team" and _beside_torch())
     try:  # OpenMP's loops under load go to the team for a while (compiler/team.py)
         busy = ctypes.c_void_p.in_dll(lib, "hg_team_busy")
         load = ctypes.c_void_p.in_dll(lib, "hg_load")

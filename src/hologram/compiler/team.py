@@ -42,22 +42,38 @@ and 50 us, moves the holder onto its own CPU and sleeps on the job's done count
 left, finishes, wakes the caller and goes back to its former CPUs (a softmax over
 4096 x 1024 with one of two cores busy: 2.1 ms -> 1.5 ms; docs/perf.md, session 26).
 
-Under load (OpenMP's loops): in a process that has imported PyTorch hologram's loops
-run on OpenMP's threads, shared with PyTorch's eager ops (``hologram.threads``).
-OpenMP's regions cannot do any of the above: a region ends at a barrier every thread
-reaches. So a region whose end waited ``cc.LATE_US`` for a late thread, in a process
-that spends most of its time in regions (``cc.INSIDE_MIN``: hologram's programs, not
-PyTorch's eager ops, whose spinning OpenMP threads would compete with the team's),
-sends the process's loops to this team for ``cc.BUSY_US`` (``WHEN_BUSY``; the record
-is ``hg_load``). Measured (docs/perf.md, session 26): with one of two cores busy,
-softmax 4096 x 1024 1.9-2.1x -> 1.4-1.7x its quiet time, a 2-layer BERT 1.8x -> 1.4-1.5x;
-quiet, where a stray late region opens a window now and then, the models within 1-2%.
-Workers keep spinning in a window: without it MobileNetV3-small at batch 8 paid a
-wake-up per kernel in the windows a quiet machine opens (4% slower, against 1%).
+Under load (OpenMP's loops): with ``HOLOGRAM_THREADING=openmp``, or while the team
+stands aside (below), hologram's loops run on OpenMP's threads, shared with PyTorch's
+eager ops (``hologram.threads``). OpenMP's regions cannot do any of the above: a region
+ends at a barrier every thread reaches. So a region whose end waited ``cc.LATE_US`` for
+a late thread, in a process that spends most of its time in regions (``cc.INSIDE_MIN``:
+hologram's programs, not PyTorch's eager ops, whose spinning OpenMP threads would
+compete with the team's), sends the process's loops to this team for ``cc.BUSY_US``
+(``WHEN_BUSY``; the record is ``hg_load``). Measured (docs/perf.md, session 26): with
+one of two cores busy, softmax 4096 x 1024 1.9-2.1x -> 1.4-1.7x its quiet time, a
+2-layer BERT 1.8x -> 1.4-1.5x; quiet, where a stray late region opens a window now and
+then, the models within 1-2%. Workers keep spinning in a window: without it
+MobileNetV3-small at batch 8 paid a wake-up per kernel in the windows a quiet machine
+opens (4% slower, against 1%).
+
+Beside PyTorch: a training loop whose optimizer or metrics run as eager PyTorch ops
+keeps PyTorch's OpenMP threads spinning beside the team's workers, and the two pools
+take turns on the cores (an MLP step with its Adam eager: 1.4-1.5x slower quiet on the
+team than on OpenMP, 2.5-10x busy; docs/perf.md, session 27). A loop that is all
+compiled has no such threads, and there the team holds up under load where OpenMP
+cannot (the same step with Adam compiled: 1.28x its quiet time with a core taken,
+OpenMP 1.76-2.08x). So in a process that has imported PyTorch the team measures,
+every ``PROBE_US``, the CPU time the process's other threads used (the process's
+clock less the caller's and the workers' own) and, while that is more than
+``OTHERS_MAX`` of a CPU, declines its jobs (``hg_team_run`` returns 0) for ``ASIDE_US``:
+the kernels then run their loops on OpenMP's threads, PyTorch's own. Nothing is
+measured while the team stands aside (OpenMP's threads are then hologram's too): the
+next probe after ``ASIDE_US`` starts afresh.
 
 Each kernel library carries a pointer ``hg_team`` (``cc.THREADS_C``) that
 ``hologram.threads`` sets when it loads the library, and calls
-``hg_team(fn, ctx, n, chunk, threads)`` with ``fn(ctx, lo, hi, tid)`` running the
+``hg_team(fn, ctx, n, chunk, threads)`` (1: ran; 0: declined, the caller opens an
+OpenMP region) with ``fn(ctx, lo, hi, tid)`` running the
 iterations ``lo..hi`` on thread ``tid`` (0: the caller; below ``threads``).
 """
 
@@ -85,6 +101,22 @@ SPREAD = True
 WHEN_BUSY = True
 #: Whether the caller takes a worker that holds a chunk too long onto its own CPU.
 RESCUE = True
+#: Beside PyTorch (``hologram.threads``), the team steps aside for PyTorch's eager ops:
+#: every ``PROBE_US`` (microseconds) a job's caller compares the process's CPU time
+#: with its own and its workers'; where the process's other threads (PyTorch's OpenMP
+#: pool, which spins about 8 ms after each eager op) used more than ``OTHERS_MAX`` of a
+#: CPU, the team declines its jobs for ``ASIDE_US`` and the kernels open OpenMP
+#: regions on that same pool instead ("Beside PyTorch" above). The process's clock
+#: counts a thread running on another CPU only up to its last scheduler tick (4 ms at
+#: HZ=250) while the threads' own clocks are exact, so a probe spans many ticks: over
+#: 20 ms a team of two read 0.2 of a CPU "elsewhere" with nothing else running.
+PROBE_US = 100_000
+#: A gap longer than this (microseconds) between two of the team's jobs starts the
+#: probe afresh: that stretch was not spent between hologram's programs (another
+#: library's loop timed in turn, a pause).
+GAP_US = 20_000
+OTHERS_MAX = 0.15
+ASIDE_US = 30_000_000
 
 SOURCE = r"""
 /* hologram thread team (compiler/team.py) */
@@ -141,6 +173,48 @@ static _Atomic int hg_waiting;          /* the caller sleeps on hg_done */
 long hg_rescues;                        /* statistics: holders moved */
 long hg_jobs;                           /* statistics: jobs published to the workers */
 double hg_load[6];                      /* OpenMP's loops under load (cc.THREADS_C's hg_load) */
+int hg_aside_on;                        /* hologram.threads: step aside for eager PyTorch */
+double hg_aside_until;                  /* jobs are declined until then (hg_now_us) */
+long hg_asides;                         /* statistics: times the team stepped aside */
+static clockid_t hg_wclock[HG_TEAM_MAX];            /* workers' CPU clocks */
+static _Atomic int hg_wclock_ok[HG_TEAM_MAX];
+double hg_probe_at;                     /* the last probe (0: none; compiling() clears it) */
+static double hg_probe_proc, hg_probe_ours;  /* its clocks (under hg_run_mu) */
+static long hg_probe_tid;
+
+static double hg_last_job;              /* when the last job asked (under hg_run_mu) */
+
+static double hg_cpu_us(clockid_t c) {
+  struct timespec ts;
+  if (clock_gettime(c, &ts) != 0) return 0.0;
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Under hg_run_mu: 1 while the team stands aside for the process's other threads
+   (compiler/team.py, "Beside PyTorch"). Probes every HG_PROBE_US: the CPU time the
+   process used beyond the caller's and the workers' since the last probe. */
+static int hg_step_aside(void) {
+  const double now = hg_now_us();
+  if (now < hg_aside_until) return 1;
+  if (now - hg_last_job > HG_GAP_US) hg_probe_at = 0.0;
+  hg_last_job = now;
+  if (hg_probe_at > 0.0 && now - hg_probe_at < HG_PROBE_US) return 0;
+  const double proc = hg_cpu_us(CLOCK_PROCESS_CPUTIME_ID);
+  double ours = hg_cpu_us(CLOCK_THREAD_CPUTIME_ID);
+  for (int t = 1; t <= hg_workers && t < HG_TEAM_MAX; t++)
+    if (atomic_load(&hg_wclock_ok[t])) ours += hg_cpu_us(hg_wclock[t]);
+  /* the same caller since the last probe, and no compile of hologram's own running */
+  const double others = (proc - hg_probe_proc) - (ours - hg_probe_ours), span = now - hg_probe_at;
+  const int valid = hg_probe_at > 0.0 && hg_probe_tid == hg_tid && hg_load[5] == 0.0;
+  hg_probe_at = now; hg_probe_proc = proc; hg_probe_ours = ours; hg_probe_tid = hg_tid;
+  if (valid && others > HG_OTHERS_MAX * span) {
+    hg_aside_until = now + HG_ASIDE_US;
+    hg_asides++;
+    hg_probe_at = 0.0;  /* OpenMP's threads will be hologram's too: start afresh after */
+    return 1;
+  }
+  return 0;
+}
 
 /* A worker the caller moved onto its CPU (hg_take_holders) goes back where it was. */
 static void hg_go_back(int tid) {
@@ -219,6 +293,8 @@ static void *hg_worker(void *arg) {
   const int tid = (int)(intptr_t)arg;
   hg_inside = 1;
   atomic_store(&hg_wtid[tid], (long)syscall(SYS_gettid));
+  if (pthread_getcpuclockid(pthread_self(), &hg_wclock[tid]) == 0)
+    atomic_store(&hg_wclock_ok[tid], 1);
   uint64_t seen = atomic_load(&hg_word) >> HG_GEN_SHIFT;
   for (;;) {
     uint64_t gen = atomic_load(&hg_word) >> HG_GEN_SHIFT;
@@ -282,8 +358,8 @@ static int hg_grow(int want) {
 /* Tests: while `held` is non-zero, workers claim nothing, as if the OS never ran them. */
 void hg_team_hold(int held) { atomic_store(&hg_held, held); }
 
-void hg_team_run(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk, int threads) {
-  if (n <= 0) return;
+int hg_team_run(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk, int threads) {
+  if (n <= 0) return 1;
   if (chunk < 1) chunk = 1;
   const int64_t most = (int64_t)HG_FIELD;  /* chunks a job word can count */
   if ((n + chunk - 1) / chunk > most) chunk = (n + most - 1) / most;
@@ -291,12 +367,16 @@ void hg_team_run(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk, int thread
   if (threads <= 1 || chunks <= 1 || hg_inside || pthread_mutex_trylock(&hg_run_mu) != 0) {
     for (int64_t lo = 0; lo < n; lo += chunk)  /* chunk by chunk, as the team would */
       fn(ctx, lo, lo + chunk < n ? lo + chunk : n, 0);
-    return;
+    return 1;
+  }
+  if (!hg_tid) hg_tid = (long)syscall(SYS_gettid);
+  if (hg_aside_on && hg_step_aside()) {
+    pthread_mutex_unlock(&hg_run_mu);
+    return 0;
   }
   const int have = hg_grow(threads);
   if (have < threads) threads = have;
   hg_jobs++;
-  if (!hg_tid) hg_tid = (long)syscall(SYS_gettid);
   atomic_store_explicit(&hg_caller_tid, hg_tid, memory_order_relaxed);
   atomic_store_explicit(&hg_caller_cpu, HG_SPREAD ? sched_getcpu() : -1, memory_order_relaxed);
   atomic_store_explicit(&hg_fn, fn, memory_order_relaxed);
@@ -344,6 +424,7 @@ void hg_team_run(hg_chunk_fn fn, void *ctx, int64_t n, int64_t chunk, int thread
     atomic_store(&hg_waiting, 0);
   }
   pthread_mutex_unlock(&hg_run_mu);
+  return 1;
 }
 """
 
@@ -364,7 +445,9 @@ def library_source() -> str:
 
     mark = "/* hg:spread (cc.SPREAD_C: hg_omp_spread; cc.CLOCK_C: hg_now_us) */"
     return (f"#define HG_SPIN_US {SPIN_US}.0\n#define HG_SPREAD {int(SPREAD)}\n"
-            f"#define HG_RESCUE {int(RESCUE)}\n"
+            f"#define HG_RESCUE {int(RESCUE)}\n#define HG_PROBE_US {float(PROBE_US)!r}\n"
+            f"#define HG_OTHERS_MAX {float(OTHERS_MAX)!r}\n"
+            f"#define HG_ASIDE_US {float(ASIDE_US)!r}\n#define HG_GAP_US {float(GAP_US)!r}\n"
             + SOURCE.replace(mark, f"{mark}\n{SPREAD_C}\n{CLOCK_C}"))
 
 
@@ -374,12 +457,14 @@ def runtime(cc: Any) -> int:
     lib = library(cc)
     if lib is not _LIB:
         _LIB = lib
+        ctypes.c_int.in_dll(_LIB, "hg_aside_on").value = int(_ASIDE)
         with _COMPILING_LOCK:
             _publish_compiling()
     return ctypes.cast(_LIB.hg_team_run, ctypes.c_void_p).value or 0
 
 
 _LIB: Any = None  # the team's library, once runtime() built it
+_ASIDE = False  # set_aside()
 _COMPILING = 0  # hologram's compiles in flight (compiling())
 _COMPILING_LOCK = threading.Lock()
 
@@ -387,14 +472,18 @@ _COMPILING_LOCK = threading.Lock()
 def _publish_compiling() -> None:
     if _LIB is not None:  # hg_load[5]: what cc.THREADS_C's regions read
         (ctypes.c_double * 6).in_dll(_LIB, "hg_load")[5] = float(_COMPILING)
+        # a compile's threads are not PyTorch's: no probe spans one (hg_step_aside)
+        ctypes.c_double.in_dll(_LIB, "hg_probe_at").value = 0.0
 
 
 @contextlib.contextmanager
 def compiling() -> Iterator[None]:
-    """While hologram's own compiler runs (``cc.CCompiler``), a late OpenMP region opens
-    no busy window: the compiler's processes are what took the cores (a cold README demo
-    opened one, and the team then ran its whole timed training, 1.04-1.29x eager's step
-    time against 1.07-1.11x faster without; docs/perf.md, session 26)."""
+    """While hologram's own compiler runs (``cc.CCompiler``, and the executor's
+    background builds around it), a late OpenMP region opens no busy window: the
+    compiler's processes are what took the cores (a cold README demo opened one, and
+    the team then ran its whole timed training, 1.04-1.29x eager's step time against
+    1.07-1.11x faster without; docs/perf.md, session 26). Nor does the team step aside
+    for the planning threads' CPU time (no probe spans a compile)."""
     global _COMPILING
     with _COMPILING_LOCK:
         _COMPILING += 1
@@ -405,6 +494,21 @@ def compiling() -> Iterator[None]:
         with _COMPILING_LOCK:
             _COMPILING -= 1
             _publish_compiling()
+
+
+def set_aside(on: bool) -> None:
+    """Whether the team steps aside for the process's other busy threads ("Beside
+    PyTorch" above); ``hologram.threads`` turns it on in a process that has imported
+    PyTorch and left the threading to hologram."""
+    global _ASIDE
+    _ASIDE = bool(on)
+    if _LIB is not None:
+        ctypes.c_int.in_dll(_LIB, "hg_aside_on").value = int(_ASIDE)
+
+
+def asides() -> int:
+    """How many times the team has stepped aside in this process (0 before it is built)."""
+    return 0 if _LIB is None else ctypes.c_long.in_dll(_LIB, "hg_asides").value
 
 
 def load_address() -> int | None:
