@@ -5,9 +5,12 @@
 
 Variants: ``eager`` (PyTorch alone, as a reference in the rotation), ``openmp``
 (hologram's loops on OpenMP's threads, no busy windows), ``openmp+windows`` (the
-default beside PyTorch: a late region sends the loops to the team for a while,
-``compiler/team.py``, "Under load"), ``team`` (hologram's own team throughout) and
-``team-norescue`` (the team without moving a stuck holder onto the caller's CPU).
+default beside PyTorch until session 27: a late region sends the loops to the team for
+a while, ``compiler/team.py``, "Under load"), ``team`` (hologram's own team
+throughout), ``team-norescue`` (the team without moving a stuck holder onto the
+caller's CPU) and ``default`` (what a process gets that leaves the choice to hologram:
+beside PyTorch the team, stepping aside to OpenMP while PyTorch's threads work,
+``compiler/team.py``, "Beside PyTorch").
 Workloads are ``bench_busy.py``'s, by a substring of their names (``gelu``, ``softmax``,
 ``gemm``, ``mlp``, ``bert``).
 
@@ -40,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_busy import BusyCore, _workloads  # noqa: E402
 from common import parser  # noqa: E402
 
-VARIANTS = ("eager", "openmp", "openmp+windows", "team", "team-norescue")
+VARIANTS = ("eager", "openmp", "openmp+windows", "team", "team-norescue", "default")
 SAMPLE_S = 0.05  # each sample: calls for this long, their mean
 
 
@@ -56,8 +59,9 @@ def _setter(variant: str) -> Callable[[], None]:
     def apply() -> None:
         if variant == "eager":
             return
-        mode = "team" if variant.startswith("team") else "openmp"
-        team.WHEN_BUSY = variant == "openmp+windows"
+        mode = ("team" if variant.startswith("team") else None if variant == "default"
+                else "openmp")
+        team.WHEN_BUSY = variant in ("openmp+windows", "default")
         hg.set_threading(mode)  # rebinds every loaded kernel library
         rescue(variant != "team-norescue")
     return apply

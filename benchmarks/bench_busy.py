@@ -21,10 +21,12 @@ hologram ahead of eager in both conditions. On a 2-core machine, a fair share of
 machine with one core taken is 2/3 of it, so 1.5x is what perfect balancing gives;
 a static split of a loop over 2 threads waits for the descheduled one.
 
-``--threading`` picks who runs hologram's loops: its own thread team (it never waits
-for a thread that has not started) or OpenMP's threads (shared with PyTorch's eager
-ops; hologram's default in a process that has imported PyTorch, as this one has).
-Run it once per mode: the two runs' ratios to eager and Inductor compare them.
+``--threading`` picks who runs hologram's loops throughout: its own thread team (it
+never waits for a thread that has not started) or OpenMP's threads (shared with
+PyTorch's eager ops). Without it, hologram's default in a process that has imported
+PyTorch, as this one has: the team, stepping aside to OpenMP while PyTorch's threads
+work (``compiler/team.py``, "Beside PyTorch"). Run it once per mode: the runs' ratios
+to eager and Inductor compare them.
 """
 
 from __future__ import annotations
@@ -150,7 +152,8 @@ def main() -> None:
     p.add_argument("--only", help="comma-separated substrings of workload names")
     p.add_argument("--threading", choices=["team", "openmp"],
                    help="who runs hologram's loops (default: HOLOGRAM_THREADING, else "
-                        "OpenMP, as in any process that has imported PyTorch)")
+                        "hologram's default beside PyTorch: the team, stepping aside to "
+                        "OpenMP while PyTorch's threads work)")
     p.add_argument("--rounds", type=int, default=None,
                    help="quiet and busy phases taken in turn, pooled (default 3; --quick 1)")
     args = p.parse_args()
