@@ -12,9 +12,8 @@ step (64-256-256-10, batch 256, Adam; the model and ``opt.step`` compiled, PyTor
 compiled-optimizer recipe, so the compiled rows run no eager op), and a 2-layer BERT
 (transformers' BertModel, hidden 768, random weights) at batch 1, seq 128. Samples of
 all three are interleaved within each condition, each sample settled (``SETTLE_S``);
-the background load is a Python
-busy loop (one core's worth of work, left to the OS scheduler, as a second program
-on a laptop or CI runner would be).
+the background load is a Python busy loop (one core's worth of work, left to the OS
+scheduler, as a second program on a laptop or CI runner would be).
 
 Targets (issue 21): hologram's busy/quiet slowdown at most 1.5x on every row, and
 hologram ahead of eager in both conditions. On a 2-core machine, a fair share of the

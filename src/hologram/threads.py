@@ -165,7 +165,7 @@ def threading() -> tuple[str, str]:
     """Who runs hologram's parallel loops, and why (see ``set_threading``)."""
     if _MODE is not None:
         return _MODE, "hologram.set_threading"
-    raw = os.environ.get(THREADING_ENV, "").strip().lower()
+    raw = _env_mode()
     if raw in THREADING_MODES:
         return raw, THREADING_ENV
     why = (f"{THREADING_ENV}={raw!r} ignored: expected one of {', '.join(THREADING_MODES)}; "
@@ -177,12 +177,17 @@ def threading() -> tuple[str, str]:
     return "team", why + "default"
 
 
+def _env_mode() -> str:
+    """``HOLOGRAM_THREADING`` as written, normalized ("" when unset)."""
+    return os.environ.get(THREADING_ENV, "").strip().lower()
+
+
 def _beside_torch() -> bool:
     """Whether the team steps aside for PyTorch's eager ops (``compiler/team.py``,
     "Beside PyTorch"): the default in a process that has imported PyTorch, not a
     mode the user chose."""
     return (_MODE is None and "torch" in sys.modules
-            and os.environ.get(THREADING_ENV, "").strip().lower() not in THREADING_MODES)
+            and _env_mode() not in THREADING_MODES)
 
 
 def _point(lib: Any, address: Any, mode: str) -> None:

@@ -127,15 +127,17 @@ SPREAD_C = "\n".join([
     "}",
 ])
 
-#: ``hg_now_us()``: CLOCK_MONOTONIC in microseconds, for the team's patience and spin
+#: ``hg_clock_us(clock)``: a clock in microseconds (0 where it cannot be read), and
+#: ``hg_now_us()``: CLOCK_MONOTONIC's, for the team's patience, spin and CPU-time probes
 #: (``team.py``) and OpenMP regions' timing under load (``THREADS_C``).
 CLOCK_C = "\n".join([
     "#include <time.h>",
-    "static inline double hg_now_us(void) {",
+    "static inline double hg_clock_us(clockid_t clock) {",
     "  struct timespec ts;",
-    "  clock_gettime(CLOCK_MONOTONIC, &ts);",
+    "  if (clock_gettime(clock, &ts) != 0) return 0.0;",
     "  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;",
     "}",
+    "static inline double hg_now_us(void) { return hg_clock_us(CLOCK_MONOTONIC); }",
 ])
 
 #: OpenMP's loops under load: a parallel region whose end waited longer than this

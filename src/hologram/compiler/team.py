@@ -130,7 +130,7 @@ SOURCE = r"""
 #include <unistd.h>
 #include <sys/syscall.h>
 #include <linux/futex.h>
-/* hg:spread (cc.SPREAD_C: hg_omp_spread; cc.CLOCK_C: hg_now_us) */
+/* hg:spread (cc.SPREAD_C: hg_omp_spread; cc.CLOCK_C: hg_clock_us, hg_now_us) */
 
 typedef void (*hg_chunk_fn)(void *, int64_t, int64_t, int);
 
@@ -184,12 +184,6 @@ static long hg_probe_tid;
 
 static double hg_last_job;              /* when the last job asked (under hg_run_mu) */
 
-static double hg_cpu_us(clockid_t c) {
-  struct timespec ts;
-  if (clock_gettime(c, &ts) != 0) return 0.0;
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
 /* Under hg_run_mu: 1 while the team stands aside for the process's other threads
    (compiler/team.py, "Beside PyTorch"). Probes every HG_PROBE_US: the CPU time the
    process used beyond the caller's and the workers' since the last probe. */
@@ -199,10 +193,10 @@ static int hg_step_aside(void) {
   if (now - hg_last_job > HG_GAP_US) hg_probe_at = 0.0;
   hg_last_job = now;
   if (hg_probe_at > 0.0 && now - hg_probe_at < HG_PROBE_US) return 0;
-  const double proc = hg_cpu_us(CLOCK_PROCESS_CPUTIME_ID);
-  double ours = hg_cpu_us(CLOCK_THREAD_CPUTIME_ID);
+  const double proc = hg_clock_us(CLOCK_PROCESS_CPUTIME_ID);
+  double ours = hg_clock_us(CLOCK_THREAD_CPUTIME_ID);
   for (int t = 1; t <= hg_workers && t < HG_TEAM_MAX; t++)
-    if (atomic_load(&hg_wclock_ok[t])) ours += hg_cpu_us(hg_wclock[t]);
+    if (atomic_load(&hg_wclock_ok[t])) ours += hg_clock_us(hg_wclock[t]);
   /* the same caller since the last probe, and no compile of hologram's own running */
   const double others = (proc - hg_probe_proc) - (ours - hg_probe_ours), span = now - hg_probe_at;
   const int valid = hg_probe_at > 0.0 && hg_probe_tid == hg_tid && hg_load[5] == 0.0;
@@ -443,7 +437,7 @@ def library_source() -> str:
     """The team's C source."""
     from .cc import CLOCK_C, SPREAD_C
 
-    mark = "/* hg:spread (cc.SPREAD_C: hg_omp_spread; cc.CLOCK_C: hg_now_us) */"
+    mark = "/* hg:spread (cc.SPREAD_C: hg_omp_spread; cc.CLOCK_C: hg_clock_us, hg_now_us) */"
     return (f"#define HG_SPIN_US {SPIN_US}.0\n#define HG_SPREAD {int(SPREAD)}\n"
             f"#define HG_RESCUE {int(RESCUE)}\n#define HG_PROBE_US {float(PROBE_US)!r}\n"
             f"#define HG_OTHERS_MAX {float(OTHERS_MAX)!r}\n"
