@@ -182,6 +182,40 @@ def test_prewarm_fills_the_cache(monkeypatch, private_cache):
     assert prewarm.start(cc, attention=True) == []  # once per process
 
 
+def test_prewarm_links_the_mkl_shim(monkeypatch, private_cache):
+    """MKL's shim is linked on a prewarm thread, so the first program's BLAS set-up
+    finds it in the cache instead of running the linker on the critical path."""
+    cc = CCompiler.find()
+    found = next(((d, n) for d in blas._mkl_dirs() if (n := blas._mkl_layers(d))), None)
+    if cc is None or found is None:
+        pytest.skip("no C compiler or no MKL wheel")
+    monkeypatch.setattr(prewarm, "_started", set())
+    monkeypatch.setattr(blas, "_loaded", lambda pattern: [])  # as in a fresh process
+    linked = []
+    monkeypatch.setattr(blas, "_mkl_shim", lambda d, n: linked.append((d, n)))
+    threads = prewarm.start(cc)
+    assert "hologram-prewarm-mkl-shim" in {t.name for t in threads}
+    for t in threads:
+        t.join(120)
+    assert linked == [found]
+
+
+def test_the_compiler_probe_does_not_build_the_thread_team(monkeypatch, private_cache):
+    """The probe library opens no parallel region, so it is not pointed at the team: the
+    team's library then builds on a prewarm thread, not before the graph is traced."""
+    cc = CCompiler.find()
+    if cc is None:
+        pytest.skip("no C compiler")
+    bound = []
+    monkeypatch.setattr(ccmod, "_bind_team", lambda c, lib: bound.append(lib))
+    monkeypatch.setattr(ccmod, "_LOADED", {})
+    fresh = CCompiler(cc.command, cc._version_text)
+    assert fresh.flags  # probed now, in the empty cache
+    assert bound == []
+    fresh.compile(C_PRELUDE + "void hg_f(void **B) { (void)B; }\n", {"program": "t"})
+    assert len(bound) == 1  # a program's library is bound as before
+
+
 def test_attention_runtime_per_dtype():
     cc = CCompiler.find()
     if cc is None:

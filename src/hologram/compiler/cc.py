@@ -489,7 +489,10 @@ class CCompiler:
             for flags, libs in self.tiers():
                 trial = CCompiler(self.command, self._version_text, flags=flags, libs=libs)
                 try:
-                    lib = trial.compile(_PROBE_SOURCE, {"purpose": "probe"})
+                    # Not bound to the thread team: the probe opens no parallel region,
+                    # and the team's library then builds on a prewarm thread beside AOT
+                    # autograd instead of here, before it (0.2 s of a cold first call).
+                    lib = trial.compile(_PROBE_SOURCE, {"purpose": "probe"}, team=False)
                     if _probe_ok(lib):
                         self._flags, self._libs = flags, libs
                         return
@@ -630,13 +633,16 @@ class CCompiler:
                 "machine": platform.machine(), "cpu": ",".join(cpu_features()),
                 "hologram": __version__}
 
-    def compile(self, source: str, key_parts: dict[str, str]) -> ctypes.CDLL:
+    def compile(self, source: str, key_parts: dict[str, str], *,
+                team: bool = True) -> ctypes.CDLL:
         """Compile (or fetch from the caches) ``source`` and load it with ctypes.
 
         ``key_parts`` identifies the program (e.g. ``{"program": canonical_hash}``);
         the compiler id, flags, CPU features and hologram version are added here.
         Loaded libraries are memoised per process, so a repeat costs one dict lookup
-        plus hashing the source.
+        plus hashing the source. ``team=False``: a newly loaded library's parallel
+        loops are not pointed at the thread team (they open OpenMP regions), so the
+        team's own library is not built for it.
         """
         if not self.flags:
             raise CompileError(f"{self.id} cannot build kernels here:\n{self._probe_error}",
@@ -663,7 +669,7 @@ class CCompiler:
                 fresh = True
             else:
                 fresh = False
-        if fresh:  # outside the lock: the team's own library is compiled through here
+        if fresh and team:  # outside the lock: the team's library is compiled through here
             _bind_team(self, lib)
         return lib
 

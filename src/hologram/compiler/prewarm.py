@@ -2,8 +2,8 @@
 
 A torch.compile'd model's first call spends seconds in PyTorch's tracing (dynamo, then
 AOT autograd) before hologram sees the graph; on a cold kernel cache the libraries
-every program shares (the GEMM driver, the attention driver, the thread team) were
-another second of compiler time after that. Started when the backend is first called,
+every program shares (the GEMM driver, MKL's shim, the attention driver, the thread
+team) were another second of compiler time after that. Started when the backend is first called,
 their compiles run on other cores while AOT autograd traces.
 
 A prewarm only compiles and loads (``CCompiler.compile``, whose kernel cache and
@@ -31,12 +31,18 @@ def _sources() -> dict[str, tuple[str, dict[str, str]]]:
             "attention": (attention.runtime_source(("f32",)), attention.RUNTIME_KEY)}
 
 
+def _mkl_shim(cc: Any) -> None:
+    from . import blas
+
+    blas.mkl_shim_prewarm()
+
+
 def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
     """Compile, one daemon thread each, the runtime libraries ``cc``'s programs will
-    load: the GEMM driver, the thread team when it runs the loops, and the (f32)
-    attention driver when ``attention``. Each is started once per process; returns the
-    threads started now (tests join them)."""
-    want = ["gemm"] + (["team"] if threads.threading()[0] == "team" else []) \
+    load: the GEMM driver and MKL's shim (``blas.mkl_shim_prewarm``), the thread team
+    when it runs the loops, and the (f32) attention driver when ``attention``. Each is
+    started once per process; returns the threads started now (tests join them)."""
+    want = ["gemm", "mkl-shim"] + (["team"] if threads.threading()[0] == "team" else []) \
         + (["attention"] if attention else [])
     with _lock:
         todo = [w for w in want if w not in _started]
@@ -46,8 +52,11 @@ def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
     sources = _sources()
     out = []
     for name in todo:
-        source, key = sources[name]
-        t = threading.Thread(target=_compile, args=(cc, source, key), daemon=True,
+        if name == "mkl-shim":  # linked, not compiled from a source of hologram's
+            target, args = _quietly, (_mkl_shim, cc)
+        else:
+            target, args = _compile, (cc, *sources[name])
+        t = threading.Thread(target=target, args=args, daemon=True,
                              name=f"hologram-prewarm-{name}")
         t.start()
         out.append(t)
@@ -55,7 +64,11 @@ def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
 
 
 def _compile(cc: Any, source: str, key: dict[str, str]) -> None:
+    _quietly(lambda c: c.compile(source, key), cc)
+
+
+def _quietly(job: Any, cc: Any) -> None:
     try:
-        cc.compile(source, key)
-    except Exception:  # noqa: BLE001 - the real use compiles it again and raises
+        job(cc)
+    except Exception:  # noqa: BLE001 - the real use builds it again and raises
         pass
