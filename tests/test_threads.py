@@ -17,12 +17,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import hologram as hg
 from hologram import threads
 from hologram.compiler.render_c import DYNAMIC_CHUNKS, MIN_CHUNK_WORK, dynamic_chunk
+from hologram.isa import builder as b
 from hologram.isa.dtypes import i64
+from hologram.isa.opcodes import Op
 from hologram.ops import composites as C
+
+from .programs import compiled_and_reference, programs, random_inputs
+from .test_differential import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -219,3 +226,81 @@ def test_pytorch_keeps_its_thread_count(ex: hg.Executor) -> None:
     hg.set_num_threads(1 if before > 1 else 2)
     _run_all([3, 1])
     assert torch.get_num_threads() == before
+
+
+# --- random programs on 1, 2 and 3 threads, quiet and under load -------------------------
+@pytest.fixture
+def every_loop_parallel(monkeypatch) -> hg.Executor:
+    """A fresh executor whose kernels run every loop on the threads in chunks of a
+    single element or row where they may (the thresholds that keep small loops on one
+    thread set to 1), so the random programs' few elements are spread over the threads
+    and handed out in many chunks."""
+    from hologram.compiler import render_c
+
+    for name in ("PARALLEL_MIN_WORK", "PARALLEL_MIN_WORK_MATH", "MIN_CHUNK_WORK"):
+        monkeypatch.setattr(render_c, name, 1)
+    monkeypatch.setattr(render_c.CRenderer, "parallel_min_work", 1)
+    ex = hg.Executor("cpu")
+    if "C via" not in ex.backend.describe():
+        pytest.skip("no C compiler: the cpu backend is the reference interpreter")
+    yield ex
+    ex.close()
+
+
+@pytest.fixture
+def load():
+    """A process keeping a CPU busy, paused (SIGSTOP) until ``on()``: switched per example
+    at no cost, where starting a process per example would cost more than the example."""
+    import os
+    import signal
+
+    if not hasattr(signal, "SIGSTOP"):
+        pytest.skip("needs POSIX signals")
+    p = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    os.kill(p.pid, signal.SIGSTOP)
+
+    class Load:
+        def on(self) -> None:
+            os.kill(p.pid, signal.SIGCONT)
+            time.sleep(0.01)  # scheduled before the launch
+
+        def off(self) -> None:
+            os.kill(p.pid, signal.SIGSTOP)
+
+    yield Load()
+    p.kill()
+    p.wait()
+
+
+def _random_program_runs(ex, case, seed, load) -> tuple[bool, list[list[np.ndarray]], list]:
+    fn, specs = case
+    p = b.program(fn, specs)
+    inputs = random_inputs(specs, seed, special=True)
+    runs, want = [], []
+    for n, busy in ((1, False), (2, False), (3, False), (2, True), (3, True)):
+        hg.set_num_threads(n)
+        (load.on if busy else load.off)()
+        got, want = compiled_and_reference(ex, p, inputs)
+        runs.append(got)
+    load.off()
+    return any(v.op is Op.GEMM for v in p.instructions), runs, want
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(programs(dtype="f32", gemm=True), st.integers(0, 2**32 - 1))
+def test_random_programs_on_1_2_3_threads_quiet_and_under_load(
+        every_loop_parallel, threading_mode, load, case, seed) -> None:
+    """Issue 21's determinism on random programs (tests/programs.py): every loop on the
+    threads in many chunks, run on 1, 2 and 3 threads, then on 2 and 3 while another
+    process keeps a CPU busy: the same bits each time (element-wise ops, rows,
+    reductions, index ops and scans are each computed whole by one thread; whole-array
+    sums add fixed chunks' partials in chunk order); a program with a GEMM, whose tiles
+    follow the thread count, within the reference's tolerance."""
+    gemm, runs, want = _random_program_runs(every_loop_parallel, case, seed, load)
+    for got in runs:
+        if gemm:
+            for g, w in zip(got, want, strict=True):
+                assert_close(g, w, rtol=1e-4, atol=1e-4)
+        else:
+            _same(runs[0], got)
