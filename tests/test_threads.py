@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -304,3 +305,95 @@ def test_random_programs_on_1_2_3_threads_quiet_and_under_load(
                 assert_close(g, w, rtol=1e-4, atol=1e-4)
         else:
             _same(runs[0], got)
+
+
+def _op_suite(ex: hg.Executor, rng: np.random.Generator) -> dict[str, Any]:
+    """Each op of ``hologram.ops`` (``composites`` aside) as a thunk that runs it on fixed
+    inputs into fresh buffers and returns what it wrote (a loss: the returned float too)."""
+    from hologram import ops
+
+    def put(x: np.ndarray) -> Any:
+        buf = ex.allocate(x.shape, dtype=np.float32)
+        buf.from_numpy(x.astype(np.float32))
+        return buf
+
+    n, rows, cols = 3073, 37, 130
+    x, y = rng.standard_normal(n) * 3, rng.standard_normal(n) * 3
+    x[:4] = [np.nan, np.inf, -np.inf, -0.0]
+    m = rng.standard_normal((rows, cols)) * 3
+    prob = rng.uniform(0.01, 0.99, n)
+    onehot = np.eye(cols)[rng.integers(0, cols, rows)]
+    a, b, p, t, mb, oh = put(x), put(y), put(prob), put(prob[::-1].copy()), put(m), put(onehot)
+    w, v = put(rng.standard_normal((cols, 65))), put(rng.standard_normal(cols))
+
+    def got(r: Any) -> np.ndarray:  # a buffer's contents, or a returned float
+        return np.array([r]) if isinstance(r, float) else r.to_numpy().copy()
+
+    def out(shape: Any) -> Any:
+        return ex.allocate(shape, dtype=np.float32)
+
+    def unary(op: Any, *args: Any, **kw: Any) -> Any:
+        return lambda: [got(op(ex, a, out(n), *args, **kw))]
+
+    def binary(op: Any) -> Any:
+        return lambda: [got(op(ex, a, b, out(n)))]
+
+    def reduce(op: Any) -> Any:  # whole, then along each axis
+        return lambda: [got(op(ex, mb, out((1,)))), got(op(ex, mb, out((cols,)), axis=0)),
+                        got(op(ex, mb, out((rows,)), axis=1))]
+
+    def rows_op(op: Any) -> Any:
+        return lambda: [got(op(ex, mb, out((rows, cols)), axis=1)),
+                        got(op(ex, mb, out((rows, cols)), axis=0))]
+
+    def loss(op: Any, lhs: Any, rhs: Any, shape: Any) -> Any:
+        def run() -> list[np.ndarray]:
+            mean = op(ex, lhs, rhs, out(shape), reduction="mean")
+            return [got(mean), got(op(ex, lhs, rhs, out(shape), reduction="none"))]
+        return run
+
+    return {
+        **{name: unary(getattr(ops, name)) for name in
+           ("vector_abs", "vector_neg", "vector_relu", "sigmoid", "tanh")},
+        "gelu": lambda: [got(ops.gelu(ex, a, out(n))),
+                         got(ops.gelu(ex, a, out(n), approximate="none"))],
+        "vector_clip": unary(ops.vector_clip, -0.5, 1.25),
+        "scalar_add": unary(ops.scalar_add, 0.75),
+        "scalar_mul": unary(ops.scalar_mul, -1.5),
+        **{name: binary(getattr(ops, name)) for name in
+           ("vector_add", "vector_sub", "vector_mul", "vector_div", "vector_min",
+            "vector_max")},
+        **{name: reduce(getattr(ops, name)) for name in
+           ("reduce_sum", "reduce_max", "reduce_min")},
+        **{name: rows_op(getattr(ops, name)) for name in ("softmax", "log_softmax")},
+        "mse_loss": loss(ops.mse_loss, a, b, (n,)),
+        "binary_cross_entropy_loss": loss(ops.binary_cross_entropy_loss, p, t, (n,)),
+        "cross_entropy_loss": loss(ops.cross_entropy_loss, mb, oh, (rows,)),
+        "gemm": lambda: [got(ops.gemm(ex, mb, w, out((rows, 65))))],
+        "matvec": lambda: [got(ops.matvec(ex, mb, v, out((rows,))))],
+    }
+
+
+def test_the_op_suite_on_1_2_3_threads_quiet_and_under_load(every_loop_parallel, threading_mode,
+                                                            load) -> None:
+    """Issue 21's determinism on the op library: every op (every loop on the threads in
+    many chunks) on 1, 2 and 3 threads, then on 2 and 3 under a background load: the
+    same bits each time; the BLAS products (gemm, matvec), whose tiles follow the thread
+    count, within float32's rounding of the one-thread result."""
+    from hologram import ops
+
+    suite = _op_suite(every_loop_parallel, np.random.default_rng(21))
+    assert set(suite) == set(ops.__all__) - {"composites"}  # a new op joins the table
+    for name, run in suite.items():
+        results = []
+        for threads_, busy in ((1, False), (2, False), (3, False), (2, True), (3, True)):
+            hg.set_num_threads(threads_)
+            (load.on if busy else load.off)()
+            results.append(run())
+        load.off()
+        for r in results[1:]:
+            if name in ("gemm", "matvec"):
+                for u, v in zip(results[0], r, strict=True):
+                    np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-5)
+            else:
+                _same(results[0], r)
