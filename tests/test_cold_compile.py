@@ -186,7 +186,7 @@ def test_prewarm_links_the_mkl_shim(monkeypatch, private_cache):
     """MKL's shim is linked on a prewarm thread, so the first program's BLAS set-up
     finds it in the cache instead of running the linker on the critical path."""
     cc = CCompiler.find()
-    found = next(((d, n) for d in blas._mkl_dirs() if (n := blas._mkl_layers(d))), None)
+    found = blas._mkl_found()
     if cc is None or found is None:
         pytest.skip("no C compiler or no MKL wheel")
     monkeypatch.setattr(prewarm, "_started", set())

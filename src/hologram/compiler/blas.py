@@ -762,17 +762,27 @@ def _mkl_shim(d: str, names: list[str]) -> str:
     return str(KERNEL_CACHE.get_or_build(parts, MKL_SHIM_C, build))
 
 
+#: A loaded MKL layer's path in ``/proc/self/maps``.
+_MKL_LOADED = r"(/\S*libmkl_\S*\.so[\w.]*)"
+
+
+def _mkl_found() -> tuple[str, list[str]] | None:
+    """(the directory of the ``mkl`` wheel's layers, their file names), or None."""
+    return next(((d, n) for d in _mkl_dirs() if (n := _mkl_layers(d))), None)
+
+
 def mkl_shim_prewarm() -> None:
     """Build MKL's shim into the kernel cache (``prewarm``: on a cold cache its link was
     0.15 s of a first call's critical path), without loading it: :func:`mkl_blas`, on the
-    thread that needs MKL, loads and binds it. Nothing is built where MKL is absent or
-    its layers are loaded already (``mkl_blas`` then leaves MKL alone)."""
-    if not sys.platform.startswith("linux") or os.environ.get("HOLOGRAM_GEMM", "").lower() \
-            == "numpy" or os.environ.get("HOLOGRAM_BLAS", "").strip().lower() == "openblas":
+    thread that needs MKL, loads and binds it. Nothing is built where MKL is absent, not
+    wanted, or loaded already (``mkl_blas`` then leaves MKL alone)."""
+    gemm = os.environ.get("HOLOGRAM_GEMM", "").lower()
+    asked = os.environ.get("HOLOGRAM_BLAS", "").strip().lower()
+    if not sys.platform.startswith("linux") or gemm == "numpy" or asked == "openblas":
         return
-    found_dir = next(((d, n) for d in _mkl_dirs() if (n := _mkl_layers(d))), None)
-    if found_dir is not None and not _loaded(r"(/\S*libmkl_\S*\.so[\w.]*)"):
-        _mkl_shim(*found_dir)
+    found = _mkl_found()
+    if found is not None and not _loaded(_MKL_LOADED):
+        _mkl_shim(*found)
 
 
 @functools.cache
@@ -788,11 +798,11 @@ def mkl_blas() -> tuple[Blas | None, str]:
     """
     if not sys.platform.startswith("linux"):
         return None, "MKL is used on Linux only"
-    found_dir = next(((d, n) for d in _mkl_dirs() if (n := _mkl_layers(d))), None)
+    found_dir = _mkl_found()
     if found_dir is None:
         return None, "MKL is not installed (pip install hologram[mkl])"
     d, names = found_dir
-    already = _loaded(r"(/\S*libmkl_\S*\.so[\w.]*)")
+    already = _loaded(_MKL_LOADED)
     if already:  # its layers are bound already, to a threading layer that is not ours
         return None, f"{already[0]} was loaded by another library; MKL is left to it"
     from .cc import CompileError

@@ -3,8 +3,8 @@
 A torch.compile'd model's first call spends seconds in PyTorch's tracing (dynamo, then
 AOT autograd) before hologram sees the graph; on a cold kernel cache the libraries
 every program shares (the GEMM driver, MKL's shim, the attention driver, the thread
-team) were another second of compiler time after that. Started when the backend is first called,
-their compiles run on other cores while AOT autograd traces.
+team) were another second of compiler time after that. Started when the backend is
+first called, their compiles run on other cores while AOT autograd traces.
 
 A prewarm only compiles and loads (``CCompiler.compile``, whose kernel cache and
 loaded-library table are locked per key): the runtime modules' own once-per-process
