@@ -670,12 +670,22 @@ def _probe(path: str) -> Blas | None:
                 ctypes.cast(dgemm, ctypes.c_void_p).value or 0, addr or 0)
 
 
+def _numpy_gemm() -> bool:
+    """``HOLOGRAM_GEMM=numpy``: GEMM steps stay ``np.matmul`` calls, no BLAS is bound."""
+    return os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy"
+
+
+def _asked_blas() -> str:
+    """The library ``HOLOGRAM_BLAS`` names, normalized ("" when unset)."""
+    return os.environ.get("HOLOGRAM_BLAS", "").strip().lower()
+
+
 @functools.cache
 def numpy_blas() -> tuple[Blas | None, str]:
     """(NumPy's OpenBLAS, how it was found) or (None, why not). ``HOLOGRAM_GEMM=numpy``
     answers None too (kept for callers that ask this directly); ``provider()`` is the
     choice GEMM runs on."""
-    if os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy":
+    if _numpy_gemm():
         return None, "HOLOGRAM_GEMM=numpy"
 
     paths = _loaded_libraries()
@@ -776,9 +786,7 @@ def mkl_shim_prewarm() -> None:
     0.15 s of a first call's critical path), without loading it: :func:`mkl_blas`, on the
     thread that needs MKL, loads and binds it. Nothing is built where MKL is absent, not
     wanted, or loaded already (``mkl_blas`` then leaves MKL alone)."""
-    gemm = os.environ.get("HOLOGRAM_GEMM", "").lower()
-    asked = os.environ.get("HOLOGRAM_BLAS", "").strip().lower()
-    if not sys.platform.startswith("linux") or gemm == "numpy" or asked == "openblas":
+    if not sys.platform.startswith("linux") or _numpy_gemm() or _asked_blas() == "openblas":
         return
     found = _mkl_found()
     if found is not None and not _loaded(_MKL_LOADED):
@@ -880,8 +888,7 @@ def _measured_choice() -> Any:
     """``blas_choice.Choice`` when both libraries are usable and neither ``HOLOGRAM_BLAS``
     nor ``HOLOGRAM_GEMM`` decides; else None. One thread measures (two at once would
     time each other's products); the others wait and read its record."""
-    if (os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy"
-            or os.environ.get("HOLOGRAM_BLAS", "").strip()):
+    if _numpy_gemm() or _asked_blas():
         return None
     both = _both()
     if both is None:
@@ -951,9 +958,9 @@ def provider() -> tuple[Blas | None, str]:
     """(the BLAS hologram's GEMMs and attention call, which one and why), or (None, why
     GEMM stays ``np.matmul``). ``HOLOGRAM_GEMM=numpy`` means np.matmul; ``HOLOGRAM_BLAS``
     names the library (one that is not found falls back to the other, with a warning)."""
-    if os.environ.get("HOLOGRAM_GEMM", "").lower() == "numpy":
+    if _numpy_gemm():
         return None, "HOLOGRAM_GEMM=numpy"
-    asked = os.environ.get("HOLOGRAM_BLAS", "").strip().lower()
+    asked = _asked_blas()
     if asked and asked not in PROVIDERS:
         raise ValueError(f"HOLOGRAM_BLAS must be one of {', '.join(PROVIDERS)} (or unset), "
                          f"got {asked!r}")

@@ -15,6 +15,7 @@ which finds the library built, or waits on the key's lock while it is being buil
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .. import threads
@@ -23,18 +24,16 @@ _lock = threading.Lock()
 _started: set[str] = set()  # the libraries a prewarm was started for
 
 
-def _sources() -> dict[str, tuple[str, dict[str, str]]]:
+def _jobs(cc: Any) -> dict[str, Callable[[], Any]]:
+    """Each prewarm by name: compiling a runtime library through ``cc``, or linking
+    MKL's shim (``blas.mkl_shim_prewarm``: not a source of hologram's)."""
     from . import attention, blas, team
 
-    return {"gemm": (blas.runtime_source(), blas.RUNTIME_KEY),
-            "team": (team.library_source(), team.RUNTIME_KEY),
-            "attention": (attention.runtime_source(("f32",)), attention.RUNTIME_KEY)}
-
-
-def _mkl_shim(cc: Any) -> None:
-    from . import blas
-
-    blas.mkl_shim_prewarm()
+    return {"gemm": lambda: cc.compile(blas.runtime_source(), blas.RUNTIME_KEY),
+            "mkl-shim": blas.mkl_shim_prewarm,
+            "team": lambda: cc.compile(team.library_source(), team.RUNTIME_KEY),
+            "attention": lambda: cc.compile(attention.runtime_source(("f32",)),
+                                            attention.RUNTIME_KEY)}
 
 
 def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
@@ -49,26 +48,18 @@ def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
         _started.update(todo)
     if not todo:
         return []
-    sources = _sources()
+    jobs = _jobs(cc)
     out = []
     for name in todo:
-        if name == "mkl-shim":  # linked, not compiled from a source of hologram's
-            target, args = _quietly, (_mkl_shim, cc)
-        else:
-            target, args = _compile, (cc, *sources[name])
-        t = threading.Thread(target=target, args=args, daemon=True,
+        t = threading.Thread(target=_quietly, args=(jobs[name],), daemon=True,
                              name=f"hologram-prewarm-{name}")
         t.start()
         out.append(t)
     return out
 
 
-def _compile(cc: Any, source: str, key: dict[str, str]) -> None:
-    _quietly(lambda c: c.compile(source, key), cc)
-
-
-def _quietly(job: Any, cc: Any) -> None:
+def _quietly(job: Callable[[], Any]) -> None:
     try:
-        job(cc)
+        job()
     except Exception:  # noqa: BLE001 - the real use builds it again and raises
         pass
