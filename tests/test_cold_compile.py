@@ -200,6 +200,57 @@ def test_prewarm_links_the_mkl_shim(monkeypatch, private_cache):
     assert linked == [found]
 
 
+def test_prewarm_in_order_runs_one_job_at_a_time_and_skips_started_ones(monkeypatch):
+    """The import's prewarm thread runs its jobs one after another on one thread, and
+    leaves a job that :func:`prewarm.start` began first to that thread."""
+    ran: list[tuple[str, str]] = []
+
+    def jobs(cc):
+        return {n: (lambda n=n: ran.append((n, threading.current_thread().name)))
+                for n in prewarm.IMPORT_ORDER}
+
+    monkeypatch.setattr(prewarm, "_jobs", jobs)
+    monkeypatch.setattr(prewarm, "_started", {"mkl-shim"})  # as if start() took it
+    monkeypatch.setattr(prewarm.threads, "threading", lambda: ("team", "test"))
+    prewarm.start_in_order(lambda: object()).join(30)
+    assert ran == [(n, "hologram-prewarm-in-order") for n in ("gemm", "team", "attention")]
+    assert prewarm.start(object(), attention=True) == []  # all claimed now
+    ran.clear()
+    monkeypatch.setattr(prewarm, "_started", set())
+    prewarm.start_in_order(lambda: None).join(30)  # no compiler: nothing runs
+    assert ran == [] and prewarm._started == set()
+
+
+def test_importing_hologram_torch_prewarms_the_runtime(tmp_path):
+    """``import hologram_torch`` builds the GEMM driver on a background thread, into an
+    empty kernel cache; ``HOLOGRAM_PREWARM=0`` leaves it to the first program."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    if CCompiler.find() is None:
+        pytest.skip("no C compiler")
+    child = (
+        "import json, threading\n"
+        "import hologram_torch\n"
+        "from hologram.compiler import blas, cc\n"
+        "th = [t for t in threading.enumerate() if t.name == 'hologram-prewarm-in-order']\n"
+        "[t.join(600) for t in th]\n"
+        "c = cc.CCompiler.find()\n"
+        "hit = cc.KERNEL_CACHE.lookup(c.key_parts(blas.RUNTIME_KEY), blas.runtime_source())\n"
+        "print(json.dumps({'threads': len(th), 'built': hit is not None}))\n")
+    for setting, want in (("1", {"threads": 1, "built": True}),
+                          ("0", {"threads": 0, "built": False})):
+        env = {**os.environ, "HOLOGRAM_CACHE_DIR": str(tmp_path / setting),
+               "HOLOGRAM_PREWARM": setting}
+        r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True,
+                           text=True, timeout=900)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert json.loads(r.stdout.strip().splitlines()[-1]) == want, setting
+
+
 def test_the_compiler_probe_does_not_build_the_thread_team(monkeypatch, private_cache):
     """The probe library opens no parallel region, so it is not pointed at the team: the
     team's library then builds on a prewarm thread, not before the graph is traced."""

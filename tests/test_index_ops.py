@@ -393,6 +393,8 @@ def test_out_of_range_raises_on_every_path(cpu, bad):
         launch([x.ctypes.data, bad_idx.ctypes.data, out[0].ctypes.data])
     launch([x.ctypes.data, idx.ctypes.data, out[0].ctypes.data])
     np.testing.assert_array_equal(out[0], good[0])
+    with pytest.raises(IndexError, match=msg):  # its (reused) record still reports
+        launch([x.ctypes.data, bad_idx.ctypes.data, out[0].ctypes.data])
 
 
 @pytest.mark.parametrize("op", list(SCATTERS))

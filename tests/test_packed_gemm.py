@@ -135,6 +135,23 @@ def test_a_copy_packed_for_another_product_is_not_used():
 
 
 @needs_pack
+def test_a_launch_without_packed_copies_reads_b_itself_after_one_with():
+    """The pointer launcher keeps its table between launches: a launch given no packed
+    copy must clear the slot the launch before filled, or it reads a stale B."""
+    m, k, n = 16, 32, 24
+    be, c = _compile(lambda x, w: x @ w.T, [("f32", (m, k)), ("f32", (n, k))])
+    launch = be.pointer_launcher(c)
+    rng = np.random.default_rng(9)
+    x, w, w2 = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (n, k), (n, k)))
+    packed = be.pack(c, 0, data_pointer(w))
+    got = np.empty((m, n), np.float32)
+    launch([data_pointer(x), data_pointer(w), data_pointer(got)], [data_pointer(packed)])
+    _close(got, _ref(x, w, True), k)
+    launch([data_pointer(x), data_pointer(w2), data_pointer(got)])
+    _close(got, _ref(x, w2, True), k)
+
+
+@needs_pack
 def test_wrong_number_of_packed_addresses_is_an_error():
     be, c = _compile(lambda x, w: x @ w.T, [("f32", (8, 16)), ("f32", (12, 16))])
     x, w, out = (np.ones(s, np.float32) for s in ((8, 16), (12, 16), (8, 12)))

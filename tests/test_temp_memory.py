@@ -153,3 +153,43 @@ def test_scratch_block_is_reused_between_launches(ex):
     launch(ptrs)
     assert output_cache.stats()["hits"] > hits  # the block came back from the cache
     np.testing.assert_array_equal(out, first)  # and stale bytes in it changed nothing
+
+
+def test_concurrent_pointer_launches_each_get_their_own_scratch(ex):
+    """Small scratch blocks stay with their program between launches (a launch frame:
+    table, block, error record); launches of one program from several threads at once
+    must still each hold their own, or one thread's temps overwrite another's."""
+    import threading
+
+    from hologram.backends.cpu import FRAME_MAX_SCRATCH
+    from hologram.memory.address import data_pointer
+
+    p, specs = _layer_stack(3, rows=64, width=64)
+    compiled = ex.compile(p)
+    assert compiled.temps and compiled.temp_layout.nbytes < FRAME_MAX_SCRATCH  # pooled
+    launch = ex.backend.pointer_launcher(compiled)
+    if launch is None:
+        pytest.skip("no BLAS the C program can call: GEMMs run as NumPy steps")
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        xs = [rng.standard_normal(s).astype(np.float32) / 8 for _, s in specs]
+        want = xs[0].astype(np.float64)
+        for layer, w in enumerate(xs[1:]):
+            want = want + np.tanh(want @ w.astype(np.float64)) * (0.5 + 0.1 * layer)
+        out = np.empty((64, 64), np.float32)
+        try:
+            for _ in range(40):
+                out[...] = np.nan
+                launch([data_pointer(a) for a in (*xs, out)])
+                np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[0]

@@ -11,12 +11,13 @@ median step time of each, how far the two sets of weights drifted apart, and the
 operation reduction ``hologram_torch.explain`` measured.
 
 It is a demo, so it is honest about what it measures: the step time is wall
-clock for zero_grad + forward + backward + optimizer step, the first hologram
-step (tracing and compiling) is reported separately rather than folded into a
-median (the optimizer's second step compiles again, once its momentum buffers
-exist: one slow step among hundreds, which a median ignores), and no result is
-assumed: the accuracies are measured on held-out data. The digits data ship with
-scikit-learn, so nothing is downloaded.
+clock for zero_grad + forward + backward + optimizer step, the two runs take
+turns every ten steps (so a slow phase of a shared machine falls on both), the
+first hologram step (tracing and compiling) is reported separately rather than
+folded into a median (the optimizer's second step compiles again, once its
+momentum buffers exist: one slow step among hundreds, which a median ignores),
+and no result is assumed: the accuracies are measured on held-out data. The
+digits data ship with scikit-learn, so nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -88,33 +89,55 @@ def _batches(n: int, batch: int, epochs: int, seed: int) -> list[Any]:
     return out
 
 
-def _train(name: str, model: Any, loss_fn: Callable[[Any, Any], Any], x: Any, y: Any,
-           batches: list[Any], lr: float, progress: bool,
-           compile_options: dict[str, Any] | None = None) -> tuple[list[float], list[float]]:
-    """Train in place; returns (step times in seconds, losses). ``compile_options``:
-    compile the optimizer step with the hologram backend too (these options)."""
-    import torch
+class _Run:
+    """One side of the demo: a model, its loss, its optimizer step; trained in place."""
+
+    def __init__(self, model: Any, loss_fn: Callable[[Any, Any], Any], lr: float,
+                 compile_options: dict[str, Any] | None = None) -> None:
+        import torch
+
+        self.loss_fn = loss_fn
+        self.opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        self.update = (self.opt.step if compile_options is None else
+                       torch.compile(self.opt.step, backend="hologram",
+                                     options=compile_options))
+        self.times: list[float] = []
+        self.losses: list[float] = []
+
+    def step(self, xb: Any, yb: Any) -> None:
+        t0 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(xb, yb)
+        loss.backward()
+        self.update()
+        self.times.append(time.perf_counter() - t0)
+        self.losses.append(loss.item())
+
+
+#: Steps each run takes before the other takes its turn (_train_side_by_side).
+BLOCK = 10
+
+
+def _train_side_by_side(runs: Sequence[_Run], x: Any, y: Any, batches: list[Any],
+                        progress: bool) -> None:
+    """Train every run on the same batches in the same order, taking turns every
+    ``BLOCK`` steps (who goes first alternates too), so both step times are measured
+    over the same stretch of the machine's time: run one after the other, a slow
+    phase of a shared machine (tens of percent for seconds) lands on one of them and
+    the ratio shows the phase, not the engines (docs/perf.md, session 29). Each
+    run's weights depend only on its own steps, so the order changes no result."""
     from tqdm import tqdm
 
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    update = (opt.step if compile_options is None else
-              torch.compile(opt.step, backend="hologram", options=compile_options))
-    times, losses = [], []
-    bar = tqdm(batches, desc=f"{name:>8}", unit="step", disable=not progress, leave=True,
-               file=sys.stderr, dynamic_ncols=True)
-    for idx in bar:
-        xb, yb = x[idx], y[idx]
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(xb, yb)
-        loss.backward()
-        update()
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
-        if len(losses) % 10 == 0:
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar = tqdm(total=len(batches), desc="training", unit="step", disable=not progress,
+               leave=True, file=sys.stderr, dynamic_ncols=True)
+    for n, lo in enumerate(range(0, len(batches), BLOCK)):
+        block = batches[lo:lo + BLOCK]
+        for run in (runs if n % 2 == 0 else runs[::-1]):
+            for idx in block:
+                run.step(x[idx], y[idx])
+        bar.update(len(block))
+        bar.set_postfix(loss=" / ".join(f"{r.losses[-1]:.3f}" for r in runs))
     bar.close()
-    return times, losses
 
 
 def _accuracy(predict: Callable[[Any], Any], x: Any, y: Any) -> float:
@@ -163,10 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     holo_loss = torch.compile(holo_loss_fn, backend="hologram", options=options)
     progress = not args.no_progress
 
-    t_eager, l_eager = _train("eager", eager_model, eager_loss, x_train, y_train, batches,
-                              args.lr, progress)
-    t_holo, l_holo = _train("hologram", holo_model, holo_loss, x_train, y_train, batches,
-                            args.lr, progress, compile_options=options)
+    eager_run = _Run(eager_model, eager_loss, args.lr)
+    holo_run = _Run(holo_model, holo_loss, args.lr, compile_options=options)
+    _train_side_by_side([eager_run, holo_run], x_train, y_train, batches, progress)
+    t_eager, l_eager = eager_run.times, eager_run.losses
+    t_holo, l_holo = holo_run.times, holo_run.losses
 
     holo_predict = torch.compile(holo_model, backend="hologram", options=options)
     acc_eager = _accuracy(eager_model, x_test, y_test)

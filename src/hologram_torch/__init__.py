@@ -38,3 +38,22 @@ __all__ = [
 # PyTorch is loaded now: kernels loaded before move to its OpenMP threads
 # (hologram.threads.threading says why).
 _threads.rebind()
+
+
+def _prewarm_runtime() -> None:
+    """Build hologram's runtime libraries (GEMM driver, MKL's shim, thread team, attention
+    driver) on one background thread now, where the kernel cache does not hold them yet:
+    a model's first ``torch.compile`` call then finds them built by the core dynamo's
+    tracing left idle (``hologram.compiler.prewarm``). Cached libraries cost a lookup
+    each. ``HOLOGRAM_PREWARM=0`` turns it off."""
+    import os
+
+    if os.environ.get("HOLOGRAM_PREWARM", "").strip().lower() in ("0", "false", "no", "off"):
+        return
+    from hologram.compiler import prewarm
+    from hologram.compiler.cc import CCompiler
+
+    prewarm.start_in_order(CCompiler.find)
+
+
+_prewarm_runtime()

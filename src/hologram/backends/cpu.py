@@ -194,6 +194,64 @@ def _put_packed(table: Any, slots: list[int], packed: Sequence[int]) -> None:
         table[slot] = address or None
 
 
+#: Launch frames (pointer table, scratch block, error record) whose scratch is smaller
+#: than this are kept for the next launch of the same program. Building them per call
+#: (a ctypes table, np.empty, np.zeros) cost microseconds each on hologram_torch's
+#: per-step path, where the README demo's three launches a step are most of what runs
+#: between PyTorch's own calls; larger scratch blocks come from the output cache per
+#: call, as before, so that ``empty_cache`` can still give them back.
+FRAME_MAX_SCRATCH = 1 << 20
+
+
+def _pointer_launcher(compiled: CompiledProgram
+                      ) -> Callable[[Sequence[int], Sequence[int]], None]:
+    """``run(addresses, packed=())``: the program's one C function on a pointer table of
+    raw addresses (inputs, then outputs), its temps in a scratch block, its error
+    record (programs that index at run time) checked when the kernel returns.
+
+    Frames are taken from and given back to a list (``pop``/``append`` are atomic), so
+    concurrent launches of one program each hold their own table, scratch and record.
+    """
+    fn = compiled.raw_kernels[0]
+    n = len(compiled.program.inputs) + len(compiled.program.output_specs)
+    table_type = ctypes.c_void_p * compiled.lowered.n_slots
+    pack_slots = [p.slot for p in compiled.packs]
+    no_packs = [0] * len(pack_slots)
+    err_slot = compiled.err_slot
+    layout = compiled.temp_layout
+    pooled = not compiled.temps or layout is None or layout.nbytes < FRAME_MAX_SCRATCH
+    idle: list[tuple[Any, np.ndarray | None, np.ndarray | None]] = []
+
+    def frame() -> tuple[Any, np.ndarray | None, np.ndarray | None]:
+        block, scratch = compiled.scratch()
+        table = table_type()
+        table[n:n + len(scratch)] = scratch  # the arena's slot after them stays NULL
+        err = None
+        if err_slot is not None:
+            err = np.zeros(2, np.int64)
+            table[err_slot] = data_pointer(err)
+        return table, block, err
+
+    def run(pointers: Sequence[int], packed: Sequence[int] = ()) -> None:
+        if len(pointers) != n:
+            raise ValueError(f"expected {n} addresses (inputs, then outputs), "
+                             f"got {len(pointers)}")
+        f = idle.pop() if idle else frame()
+        table, block, err = f  # block: alive through the call
+        try:
+            table[:n] = pointers
+            if pack_slots:  # a reused table's slots are set either way
+                _put_packed(table, pack_slots, packed or no_packs)
+            fn(table)
+            if err is not None:
+                compiled.check_index_errors(err)  # zeroes the record when it raises
+        finally:
+            if pooled:
+                idle.append(f)
+
+    return run
+
+
 class CPUBackend(Backend):
     name = "cpu"
 
@@ -356,49 +414,7 @@ class CPUBackend(Backend):
         if (self._fallback is not None or len(compiled.steps) != 1
                 or len(compiled.raw_kernels) != 1 or compiled.program.uses_arena):
             return None  # np.matmul steps and Φ-addressed programs take arrays
-        fn, temps = compiled.raw_kernels[0], compiled.temps
-        n = len(compiled.program.inputs) + len(compiled.program.output_specs)
-        # Slots after the temps: the arena (NULL: none), then packed copies of B, if any.
-        table_type = ctypes.c_void_p * compiled.lowered.n_slots
-        pack_slots = [p.slot for p in compiled.packs]
-        if compiled.err_slot is not None:
-            return self._checked_pointer_launcher(compiled, n)
-
-        def run(pointers: Sequence[int], packed: Sequence[int] = ()) -> None:
-            if len(pointers) != n:
-                raise ValueError(f"expected {n} addresses (inputs, then outputs), "
-                                 f"got {len(pointers)}")
-            if not temps and not packed:
-                fn(table_type(*pointers))
-                return
-            block, scratch = compiled.scratch()  # the block: alive through the call
-            table = table_type(*pointers, *scratch)
-            _put_packed(table, pack_slots, packed)
-            fn(table)
-
-        return run
-
-    @staticmethod
-    def _checked_pointer_launcher(compiled: Any, n: int
-                                  ) -> Callable[[Sequence[int], Sequence[int]], None]:
-        """A raw-address launch of a program that indexes at run time: each call gets its
-        own error record (the slot after the arena's), checked when the kernel returns."""
-        fn = compiled.raw_kernels[0]
-        table_type = ctypes.c_void_p * compiled.lowered.n_slots
-        pack_slots = [p.slot for p in compiled.packs]
-
-        def run(pointers: Sequence[int], packed: Sequence[int] = ()) -> None:
-            if len(pointers) != n:
-                raise ValueError(f"expected {n} addresses (inputs, then outputs), "
-                                 f"got {len(pointers)}")
-            block, scratch = compiled.scratch()  # the block: alive through the call
-            err = np.zeros(2, np.int64)
-            table = table_type(*pointers, *scratch, None, data_pointer(err))
-            _put_packed(table, pack_slots, packed)
-            fn(table)
-            compiled.check_index_errors(err)
-
-        return run
+        return _pointer_launcher(compiled)
 
     def pack_sites(self, compiled: Any) -> list[PackSite]:
         return [] if self._fallback is not None else list(compiled.packs)

@@ -538,6 +538,16 @@ class CCompiler:
         memo_key = (os.environ.get("CC"), os.environ.get("PATH"))
         if not refresh and memo_key in _FOUND:
             return _FOUND[memo_key]
+        with _FIND_LOCK:  # a second finder (import's prewarm thread) waits, not probes
+            if not refresh and memo_key in _FOUND:
+                return _FOUND[memo_key]
+            found = cls._probe_candidates()
+            _FOUND[memo_key] = found
+            return found
+
+    @classmethod
+    def _probe_candidates(cls) -> CCompiler | None:
+        """The first candidate whose probe kernel works (``find`` remembers the answer)."""
         found = None
         seen: set[tuple[str, ...]] = set()
         for cmd in _candidates():
@@ -552,7 +562,6 @@ class CCompiler:
             if cc.available:
                 found = cc
                 break
-        _FOUND[memo_key] = found
         return found
 
     # --- building ----------------------------------------------------------------------
@@ -688,6 +697,18 @@ def _bind_team(cc: CCompiler, lib: ctypes.CDLL) -> None:
 
 
 _FOUND: dict[tuple[str | None, str | None], CCompiler | None] = {}
+_FIND_LOCK = threading.Lock()
+
+
+def _fresh_find_lock() -> None:
+    """A forked child gets an unheld lock: the thread probing in the parent (the import's
+    prewarm) does not exist in the child, and would never release it."""
+    global _FIND_LOCK
+    _FIND_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_find_lock)
 
 
 def _candidates() -> list[list[str]]:

@@ -3,8 +3,10 @@
 A torch.compile'd model's first call spends seconds in PyTorch's tracing (dynamo, then
 AOT autograd) before hologram sees the graph; on a cold kernel cache the libraries
 every program shares (the GEMM driver, MKL's shim, the attention driver, the thread
-team) were another second of compiler time after that. Started when the backend is
-first called, their compiles run on other cores while AOT autograd traces.
+team) were another second of compiler time after that. ``import hologram_torch``
+starts them one after another on one thread (:func:`start_in_order`), so they build on
+the core dynamo's tracing leaves idle; the backend's first call starts any that thread
+has not reached yet (:func:`start`), each on its own thread, beside AOT autograd.
 
 A prewarm only compiles and loads (``CCompiler.compile``, whose kernel cache and
 loaded-library table are locked per key): the runtime modules' own once-per-process
@@ -15,7 +17,7 @@ which finds the library built, or waits on the key's lock while it is being buil
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import threads
@@ -43,9 +45,7 @@ def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
     started once per process; returns the threads started now (tests join them)."""
     want = ["gemm", "mkl-shim"] + (["team"] if threads.threading()[0] == "team" else []) \
         + (["attention"] if attention else [])
-    with _lock:
-        todo = [w for w in want if w not in _started]
-        _started.update(todo)
+    todo = [w for w in want if _claim(w)]
     if not todo:
         return []
     jobs = _jobs(cc)
@@ -56,6 +56,44 @@ def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
         t.start()
         out.append(t)
     return out
+
+
+#: What ``import hologram_torch`` prewarms, in this order: what every program with a
+#: GEMM needs first, the attention driver (only transformers' programs load it) last.
+IMPORT_ORDER = ("gemm", "mkl-shim", "team", "attention")
+
+
+def start_in_order(find_cc: Callable[[], Any], names: Sequence[str] = IMPORT_ORDER
+                   ) -> threading.Thread:
+    """One daemon thread that finds the C compiler (``find_cc()``; nothing happens when it
+    returns None) and runs the prewarms ``names`` one after another, skipping those
+    :func:`start` began first. One thread, not one each: it should take the core that
+    the caller's own single-threaded work (dynamo tracing a model) leaves idle, not
+    compete with that work for the other. The team's library is skipped unless the
+    team runs the loops. Returns the thread (tests join it)."""
+    def run() -> None:
+        cc = find_cc()
+        if cc is None:
+            return
+        jobs = _jobs(cc)
+        for name in names:
+            if name == "team" and threads.threading()[0] != "team":
+                continue
+            if _claim(name):
+                _quietly(jobs[name])
+
+    t = threading.Thread(target=run, daemon=True, name="hologram-prewarm-in-order")
+    t.start()
+    return t
+
+
+def _claim(name: str) -> bool:
+    """Whether the caller is the first to start prewarm ``name`` in this process."""
+    with _lock:
+        if name in _started:
+            return False
+        _started.add(name)
+        return True
 
 
 def _quietly(job: Callable[[], Any]) -> None:
