@@ -963,10 +963,11 @@ def _host_allocator(shape: tuple[int, ...], dtype: torch.dtype) -> Callable[[], 
     """A maker of empty contiguous CPU tensors of ``shape`` and ``dtype``.
 
     ``torch.empty(shape, dtype=...)`` spends 3-4.5 us parsing its tuple and keyword,
-    ``torch.empty_like`` of a template 1.1-1.5 (Zen 4, torch 2.13): on a training
-    step's five or six outputs a graph, that was a tenth of the README demo's Python
-    between programs. The template is one element expanded to ``shape`` (strides 0),
-    so it costs no memory, and ``contiguous_format`` makes the copy dense.
+    ``torch.empty_like`` of a template 1.1-1.5 (Zen 4, torch 2.13): the README demo's
+    forward graph's five allocations were 28 of the 52 us from its call to its
+    program's start (docs/perf.md, session 29). The template is one element expanded
+    to ``shape`` (strides 0), so it costs no memory, and ``contiguous_format`` makes
+    the new tensor dense.
     """
     template = torch.empty((), dtype=dtype).expand(shape)
     return functools.partial(torch.empty_like, template, memory_format=torch.contiguous_format)
@@ -1078,17 +1079,22 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
         for k, node, layout, td in strided:
             env[node] = layout.hand_out(results[k], td)
 
-    def run_on_host(env: dict[torch.fx.Node, Any]) -> None:
-        """Every call of a host executor: the per-step path, kept to what it must do."""
+    def inputs_ready(env: dict[torch.fx.Node, Any]) -> None:
         for n in nones:
             env[n] = None
         for key, source, d in derived:
             env[key] = d.value(env[source])
+
+    def host_results(env: dict[torch.fx.Node, Any]) -> list[torch.Tensor]:
         if into:
-            results = [result(env, k, shape, carrier)
-                       for k, (_, shape, _, carrier) in enumerate(outs)]
-        else:
-            results = [new() for new in new_result]
+            return [result(env, k, shape, carrier)
+                    for k, (_, shape, _, carrier) in enumerate(outs)]
+        return [new() for new in new_result]
+
+    def run_on_host(env: dict[torch.fx.Node, Any]) -> None:
+        """Every call of a host executor: the per-step path, kept to what it must do."""
+        inputs_ready(env)
+        results = host_results(env)
         if ex.closed:  # what Executor.use_stream checks (host backends have no streams)
             raise BufferStateError("executor: it is closed")
         if guard is None:
@@ -1099,19 +1105,13 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
         hand_out(env, results)
 
     def run_on_cuda(env: dict[torch.fx.Node, Any]) -> None:
-        for n in nones:
-            env[n] = None
-        for key, source, d in derived:
-            env[key] = d.value(env[source])
+        inputs_ready(env)
         device = cuda_tensors.cuda_device(env[s.node] for s in in_specs)
         if device is not None:  # written by the kernels through DLPack, never in place
             results = [cuda_tensors.empty(shape, carrier, device)
                        for _, shape, _, carrier in outs]
-        elif into:
-            results = [result(env, k, shape, carrier)
-                       for k, (_, shape, _, carrier) in enumerate(outs)]
         else:
-            results = [torch.empty(shape, dtype=carrier) for _, shape, _, carrier in outs]
+            results = host_results(env)
         with ex.use_stream(launch_stream(env[s.node] for s in in_specs)):
             if device is not None:
                 launch_on_device(env, results)
