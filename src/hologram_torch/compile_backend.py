@@ -1091,17 +1091,20 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
                     for k, (_, shape, _, carrier) in enumerate(outs)]
         return [new() for new in new_result]
 
+    def host_launch(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
+        if guard is None:
+            launch(env, results)
+        else:
+            with guard:
+                launch(env, results)
+
     def run_on_host(env: dict[torch.fx.Node, Any]) -> None:
         """Every call of a host executor: the per-step path, kept to what it must do."""
         inputs_ready(env)
         results = host_results(env)
         if ex.closed:  # what Executor.use_stream checks (host backends have no streams)
             raise BufferStateError("executor: it is closed")
-        if guard is None:
-            launch(env, results)
-        else:
-            with guard:
-                launch(env, results)
+        host_launch(env, results)
         hand_out(env, results)
 
     def run_on_cuda(env: dict[torch.fx.Node, Any]) -> None:
@@ -1115,11 +1118,8 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
         with ex.use_stream(launch_stream(env[s.node] for s in in_specs)):
             if device is not None:
                 launch_on_device(env, results)
-            elif guard is None:
-                launch(env, results)
             else:
-                with guard:
-                    launch(env, results)
+                host_launch(env, results)
         hand_out(env, results)
 
     return run_on_cuda if on_cuda else run_on_host
