@@ -303,6 +303,31 @@ def test_a_fork_during_a_build_leaves_the_child_unlocked(tmp_path):
         held.release()
 
 
+def _child_finds(q) -> None:
+    q.put(ccmod._FIND_LOCK.acquire(timeout=5))
+
+
+def test_a_fork_during_the_compiler_probe_leaves_the_child_unlocked():
+    """``import hologram_torch``'s prewarm thread probes the compiler under a lock; a fork
+    meanwhile must not leave the child a lock no thread of its own will release."""
+    import multiprocessing as mp
+    import sys
+
+    if sys.platform == "win32" or "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork here")
+    held = ccmod._FIND_LOCK
+    held.acquire()  # as the prewarm thread probing holds it
+    try:
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        child = ctx.Process(target=_child_finds, args=(q,))
+        child.start()
+        assert q.get(timeout=30) is True
+        child.join(30)
+    finally:
+        held.release()
+
+
 def _blocked_finish(monkeypatch: pytest.MonkeyPatch, cpu: hg.Executor):
     """Hold every native build of ``cpu``'s backend until the returned event is set."""
 
