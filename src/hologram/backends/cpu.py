@@ -197,9 +197,9 @@ def _put_packed(table: Any, slots: list[int], packed: Sequence[int]) -> None:
 #: Launch frames (pointer table, scratch block, error record) whose scratch is smaller
 #: than this are kept for the next launch of the same program. Building them per call
 #: (a ctypes table, np.empty, np.zeros) cost microseconds each on hologram_torch's
-#: per-step path, where the README demo's three launches a step are most of what runs
-#: between PyTorch's own calls; larger scratch blocks come from the output cache per
-#: call, as before, so that ``empty_cache`` can still give them back.
+#: per-step path (three launches a step in the README demo); larger scratch blocks
+#: come from the output cache per call, as before, so that ``empty_cache`` can still
+#: give them back.
 FRAME_MAX_SCRATCH = 1 << 20
 
 
