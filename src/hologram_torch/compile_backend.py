@@ -40,7 +40,6 @@ import numpy as np
 import torch
 import torch.fx
 
-from hologram.errors import BufferStateError
 from hologram.executor import Executor
 from hologram.interop import default_executor
 from hologram.isa import dtypes
@@ -1102,8 +1101,7 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
         """Every call of a host executor: the per-step path, kept to what it must do."""
         inputs_ready(env)
         results = host_results(env)
-        if ex.closed:  # what Executor.use_stream checks (host backends have no streams)
-            raise BufferStateError("executor: it is closed")
+        ex._check_open()  # what Executor.use_stream checks (host backends have no streams)
         host_launch(env, results)
         hand_out(env, results)
 

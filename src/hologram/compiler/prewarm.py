@@ -43,9 +43,8 @@ def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
     load: the GEMM driver and MKL's shim (``blas.mkl_shim_prewarm``), the thread team
     when it runs the loops, and the (f32) attention driver when ``attention``. Each is
     started once per process; returns the threads started now (tests join them)."""
-    want = ["gemm", "mkl-shim"] + (["team"] if threads.threading()[0] == "team" else []) \
-        + (["attention"] if attention else [])
-    todo = [w for w in want if _claim(w)]
+    want = ["gemm", "mkl-shim", "team"] + (["attention"] if attention else [])
+    todo = [w for w in want if _applies(w) and _claim(w)]
     if not todo:
         return []
     jobs = _jobs(cc)
@@ -80,14 +79,18 @@ def start_in_order(find_cc: Callable[[], Any], names: Sequence[str] = IMPORT_ORD
             return
         jobs = _jobs(cc)
         for name in names:
-            if name == "team" and threads.threading()[0] != "team":
-                continue
-            if _claim(name):
+            if _applies(name) and _claim(name):
                 _quietly(jobs[name])
 
     t = threading.Thread(target=run, daemon=True, name="hologram-prewarm-in-order")
     t.start()
     return t
+
+
+def _applies(name: str) -> bool:
+    """Whether prewarm ``name`` builds something this process will load: the team's
+    library only when the team runs the loops (``threads.threading``)."""
+    return name != "team" or threads.threading()[0] == "team"
 
 
 def _claim(name: str) -> bool:
