@@ -268,6 +268,16 @@ def load():
         def off(self) -> None:
             os.kill(p.pid, signal.SIGSTOP)
 
+        def across(self, run: Any) -> list[Any]:
+            """``run()`` on 1, 2 and 3 threads, then on 2 and 3 under the load."""
+            out = []
+            for n, busy in ((1, False), (2, False), (3, False), (2, True), (3, True)):
+                hg.set_num_threads(n)
+                (self.on if busy else self.off)()
+                out.append(run())
+            self.off()
+            return out
+
     yield Load()
     p.kill()
     p.wait()
@@ -277,14 +287,9 @@ def _random_program_runs(ex, case, seed, load) -> tuple[bool, list[list[np.ndarr
     fn, specs = case
     p = b.program(fn, specs)
     inputs = random_inputs(specs, seed, special=True)
-    runs, want = [], []
-    for n, busy in ((1, False), (2, False), (3, False), (2, True), (3, True)):
-        hg.set_num_threads(n)
-        (load.on if busy else load.off)()
-        got, want = compiled_and_reference(ex, p, inputs)
-        runs.append(got)
-    load.off()
-    return any(v.op is Op.GEMM for v in p.instructions), runs, want
+    results = load.across(lambda: compiled_and_reference(ex, p, inputs))
+    return (any(v.op is Op.GEMM for v in p.instructions), [got for got, _ in results],
+            results[-1][1])
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[
@@ -385,12 +390,7 @@ def test_the_op_suite_on_1_2_3_threads_quiet_and_under_load(every_loop_parallel,
     suite = _op_suite(every_loop_parallel, np.random.default_rng(21))
     assert set(suite) == set(ops.__all__) - {"composites"}  # a new op joins the table
     for name, run in suite.items():
-        results = []
-        for threads_, busy in ((1, False), (2, False), (3, False), (2, True), (3, True)):
-            hg.set_num_threads(threads_)
-            (load.on if busy else load.off)()
-            results.append(run())
-        load.off()
+        results = load.across(run)
         for r in results[1:]:
             if name in ("gemm", "matvec"):
                 for u, v in zip(results[0], r, strict=True):
