@@ -184,15 +184,13 @@ def test_results_do_not_depend_on_the_thread_count(ex: hg.Executor, threading_mo
     _same(two, again)
 
 
-def test_results_hold_under_a_background_load(ex: hg.Executor, threading_mode) -> None:
+def test_results_hold_under_a_background_load(ex: hg.Executor, threading_mode, load) -> None:
     quiet = _run_all([2])[0]
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    load.on()
     try:
-        time.sleep(0.2)
         loaded = _run_all([2, 2, 3])
     finally:
-        busy.kill()
-        busy.wait()
+        load.off()
     for r in loaded:
         _same(quiet, r)
 

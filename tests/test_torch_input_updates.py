@@ -125,3 +125,36 @@ def test_explain_counts_in_place_updates():
     with torch.no_grad():
         report = explain(fn, torch.randn(30, 4), torch.randn(30, 4))
     assert "in-place updates: 1 graph inputs" in str(report)
+
+
+def test_a_planned_in_place_update_copies_when_the_input_arrives_in_another_layout():
+    """The region finishes its updates itself (no update step of their own): where the
+    graph input it planned to write into comes with other strides than traced (which
+    dynamo's guards prevent, but a graph called directly allows), the value is computed
+    into a new tensor and copied into the input, as the update step did."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from hologram.interop import default_executor
+
+    aten = torch.ops.aten
+
+    def f(x, y):
+        aten.copy_.default(x, aten.add.Tensor(aten.mul.Tensor(x, 2.0), y))
+        return (aten.sum.default(y),)
+
+    x0, y0 = torch.randn(6, 6), torch.randn(6, 6)
+    gm = make_fx(f)(x0.clone(), y0)
+    graph = cb.HologramGraph(gm, "inference", default_executor("cpu"))
+    with cb.collect_graphs() as graphs:
+        x = x0.clone()
+        graph([x, y0])
+        torch.testing.assert_close(x, x0 * 2 + y0)
+        assert graph._static.regions[0].in_place == [0]
+        # the regions' runners only: the update is no step of its own
+        assert len(graph._static._resolve()) == len(graph._static.regions)
+        xt = x0.clone().t().contiguous().t()  # same values, transposed strides
+        ptr = xt.data_ptr()
+        graph([xt, y0])
+        torch.testing.assert_close(xt, x0 * 2 + y0)
+        assert xt.data_ptr() == ptr
+    assert not graphs or all(not g.torch_ops for g in graphs)

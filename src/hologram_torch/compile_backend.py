@@ -40,6 +40,7 @@ import numpy as np
 import torch
 import torch.fx
 
+from hologram.errors import DTypeError
 from hologram.executor import Executor
 from hologram.interop import default_executor
 from hologram.isa import dtypes
@@ -56,7 +57,8 @@ from .direct_autograd import compile_training
 from .fx_info import (
     INT_DTYPES,
     ISA_FLOAT,
-    TORCH_FLOAT,
+    STORED,
+    TORCH_OF,
     TInfo,
     _infos_from_meta,
     _Recorder,
@@ -124,12 +126,32 @@ class _Input:
     derive: Program | None = None
 
 
+def _stored_dtypes(backend: Any) -> dict[torch.dtype, DType]:
+    """The integer and bool dtypes (``fx_info.STORED``) whose tensors a program reads in
+    place on ``backend``: every one where its memory holds them (host and CUDA), none
+    of the 1-byte bool on WebGPU. Read in place, a tensor of class labels or token ids
+    costs the call no host conversion (a NumPy ``astype`` and its Python, ~10 us a
+    call inside a training step: docs/perf.md, session 30)."""
+    stored = {}
+    for td, d in STORED.items():
+        try:
+            backend.check_buffer_dtype(d)
+        except DTypeError:
+            continue
+        stored[td] = d
+    return stored
+
+
 class _Region:
     """A maximal run of translated nodes that becomes one Atlas ISA program."""
 
-    def __init__(self, number: int, devices: frozenset[str] = frozenset({"cpu"})) -> None:
+    def __init__(self, number: int, devices: frozenset[str] = frozenset({"cpu"}),
+                 stored: dict[torch.dtype, DType] | None = None) -> None:
         self.number = number
         self.devices = devices  # where its input tensors may be (_Plan._build)
+        # Integer and bool inputs read in their own dtype (_stored_dtypes); others of
+        # those dtypes are converted on the host at every call.
+        self.stored = stored or {}
         self.nodes: list[torch.fx.Node] = []
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[_Input] = []
@@ -147,6 +169,9 @@ class _Region:
         # update writes it into, that input's index in `inputs` or None if unread).
         self.updates: dict[int, tuple[torch.fx.Node, int | None]] = {}
         self.in_place: list[int] = []  # those the runner writes in place (backend agreed)
+        # The copy_ node of each of those (output index -> node): the region's runner
+        # finishes the update (_region_runner's finish_updates), no step of its own.
+        self.update_nodes: dict[int, torch.fx.Node] = {}
         # Values computed from one input alone may be derived inputs (_Plan decides).
         self.derives = False
 
@@ -159,6 +184,8 @@ class _Region:
                               f"on {', '.join(sorted(self.devices))})")
         if info.dtype in ISA_FLOAT:
             spec = _Input(node, ISA_FLOAT[info.dtype], info.shape)
+        elif info.dtype in self.stored:
+            spec = _Input(node, self.stored[info.dtype], info.shape)
         elif info.dtype is torch.bool:
             spec = _Input(node, dtypes.f32, info.shape, convert=True)
         elif info.dtype in INT_DTYPES:
@@ -174,6 +201,8 @@ class _Region:
             v = v.permute(tuple(order.index(d) for d in range(len(order))))
         if info.dtype is torch.bool:
             v = v.cast(dtypes.boolean)
+        elif info.dtype in INT_DTYPES:
+            v = v.cast(dtypes.f64)  # the carrier of integer values (fx_info.INT_DTYPES)
         self.inputs.append(spec)
         self._by_node[node] = v
         return v
@@ -393,8 +422,12 @@ class _Plan:
                 for f in self._compiling:
                     f.result()
                 runners = [self._make_runner(kind_, obj, self._gm) for kind_, obj in self.steps]
-                self._schedule = list(zip(runners, self._free_lists(), strict=True))
+                self._schedule = _without_empty_steps(runners, self._free_lists())
             return self._schedule
+
+    def _finished_updates(self) -> set[torch.fx.Node]:
+        """The copy_ nodes whose region writes their value in place and finishes them."""
+        return {r.update_nodes[k] for r in self.regions for k in r.in_place}
 
     def _region_summaries(self) -> list[RegionSummary]:
         self._resolve()  # the runners decide which updates are written in place
@@ -410,6 +443,7 @@ class _Plan:
         # PyTorch.
         devices = frozenset(i.device for i in infos.values() if isinstance(i, TInfo))
         takes = frozenset({"cuda"} if self.ex.backend.device_type == "cuda" else ()) | {"cpu"}
+        stored = _stored_dtypes(self.ex.backend)
         one_usable_device = len(devices) <= 1 and devices <= takes
 
         def flush() -> None:
@@ -469,7 +503,8 @@ class _Plan:
                                f"executor takes tensors on one of {', '.join(sorted(takes))}")
                 continue
             if open_region is None:
-                open_region = _Region(len(self.regions), devices or frozenset({"cpu"}))
+                open_region = _Region(len(self.regions), devices or frozenset({"cpu"}),
+                                      stored)
                 # kept values read by the CPU launch paths: inference graphs only, as
                 # packed weights (derived_inputs.py)
                 open_region.derives = self.pack and self.ex.backend.device_type == "cpu" \
@@ -648,11 +683,16 @@ class _Plan:
             if j is not None and (r.inputs[j].convert or r.inputs[j].order is not None):
                 continue
             r.updates[k] = (dst, j)
+            r.update_nodes[k] = node
 
     # --- running -------------------------------------------------------------------
     def _make_runner(self, kind: str, obj: Any, gm: torch.fx.GraphModule
-                     ) -> Callable[[dict[torch.fx.Node, Any]], None]:
+                     ) -> Callable[[dict[torch.fx.Node, Any]], None] | None:
+        """The step's runner; None for an update its region's runner finishes (made
+        first: runners are made in step order, and a region comes before its updates)."""
         if kind == "torch" and obj in self.updates:
+            if obj in self._finished_updates():
+                return None
             return _update_runner(obj, *self.updates[obj])
         if kind == "torch":
             return _torch_runner(obj, gm)
@@ -692,6 +732,21 @@ class _Plan:
             for n in frees:
                 env.pop(n, None)
         return self._read_outputs(env)
+
+
+def _without_empty_steps(runners: list[Any], frees: list[list[torch.fx.Node]]
+                         ) -> list[tuple[Callable[[dict[torch.fx.Node, Any]], None],
+                                         list[torch.fx.Node]]]:
+    """(runner, values dead after it) for each step that has a runner; a step without
+    one (an update its region finished) hands the values that die there to the step
+    before it, which is where they last are used then."""
+    out: list[tuple[Any, list[torch.fx.Node]]] = []
+    for runner, dead in zip(runners, frees, strict=True):
+        if runner is not None:
+            out.append((runner, list(dead)))
+        elif out:
+            out[-1][1].extend(dead)
+    return out
 
 
 def _view_of(n: torch.fx.Node, available: set[torch.fx.Node],
@@ -937,12 +992,12 @@ def _in_place_layout(spec: _Input) -> tuple[torch.dtype, tuple[int, ...], tuple[
         return None
     strides = contiguous_strides(spec.shape)
     if spec.order is None:
-        return TORCH_FLOAT[spec.isa], spec.shape, strides
+        return TORCH_OF[spec.isa], spec.shape, strides
     # A permuted contiguous tensor: axis order[i] of the tensor is axis i of the program.
     shape, st = [0] * len(spec.order), [0] * len(spec.order)
     for i, d in enumerate(spec.order):
         shape[d], st[d] = spec.shape[i], strides[i]
-    return TORCH_FLOAT[spec.isa], tuple(shape), tuple(st)
+    return TORCH_OF[spec.isa], tuple(shape), tuple(st)
 
 
 def _packer(ex: Executor, compiled: Any, in_specs: list[Any], r: _Region
@@ -1071,12 +1126,24 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
                    for t, (_, shape, _, _), isa in zip(results, outs, out_isa, strict=True)]
         ex.backend.launch(compiled, arrays, windows)
 
+    # In-place updates (copy_(input, output k)) finished here, not by steps of their
+    # own: the graph input itself when the output was written into it, else a copy
+    # into it (its layout changed since the trace). An optimizer step's twelve update
+    # steps cost it ~20 us a call in Python (docs/perf.md, session 30); no other step
+    # reads either tensor (_Plan._plan_updates), so finishing them early is the same.
+    finish = [(k, into[k], r.update_nodes[k]) for k in r.in_place]
+
     def hand_out(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
         for k, node, td, carrier in plain:
             t = results[k]
             env[node] = t if td is carrier else t.to(td)
         for k, node, layout, td in strided:
             env[node] = layout.hand_out(results[k], td)
+        for k, dst, node in finish:
+            d, t = env[dst], results[k]
+            if t is not d:
+                d.copy_(t)
+            env[node] = d
 
     def inputs_ready(env: dict[torch.fx.Node, Any]) -> None:
         for n in nones:

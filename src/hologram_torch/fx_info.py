@@ -39,6 +39,14 @@ TORCH_FLOAT: dict[DType, torch.dtype] = {v: k for k, v in ISA_FLOAT.items()}
 # Integer tensors (class indices, counts of a mask) are carried as f64 inside a
 # program: exact for |values| < 2**53, which is what such tensors hold.
 INT_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8})
+#: How a program reads the memory of an integer or bool tensor as it is (the cast to
+#: the program's carrier, f64 or bool, is then the program's first instruction), on a
+#: backend whose memory holds that dtype (``Backend.check_buffer_dtype``).
+STORED: dict[torch.dtype, DType] = {
+    torch.int64: dtypes.i64, torch.int32: dtypes.i32, torch.int16: dtypes.i16,
+    torch.int8: dtypes.i8, torch.uint8: dtypes.u8, torch.bool: dtypes.boolean}
+#: The PyTorch dtype of every ISA dtype a program reads a tensor's memory as.
+TORCH_OF: dict[DType, torch.dtype] = {**TORCH_FLOAT, **{v: k for k, v in STORED.items()}}
 
 
 def _info_of(val: Any) -> Any:
