@@ -139,3 +139,23 @@ def test_a_backend_without_bool_memory_keeps_bool_inputs_converted():
 
     region.load(Node(), cb.TInfo(torch.bool, (3,)))
     assert region.inputs[0].convert and region.inputs[0].isa is dtypes.f32
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_precision_graphs_run_in_pytorch_and_say_so(dtype):
+    """What the README says of bf16/f16 models: every op runs in PyTorch (hologram's
+    half-precision GEMMs would be NumPy's matmul), the results are eager's exactly, and
+    explain names each op with the reason."""
+    from hologram_torch.explain import explain
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                torch.nn.Linear(32, 4)).to(dtype)
+    x = torch.randn(8, 16).to(dtype)
+    with torch.no_grad():
+        got = torch.compile(model, backend="hologram")(x)
+        torch.testing.assert_close(got, model(x), rtol=0, atol=0)
+        report = explain(model, x)
+    assert report.programs == 0
+    assert report.torch_ops and all(why == f"result dtype {dtype}"
+                                    for why in report.torch_ops.values())

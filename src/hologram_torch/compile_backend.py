@@ -170,7 +170,7 @@ class _Region:
         self.updates: dict[int, tuple[torch.fx.Node, int | None]] = {}
         self.in_place: list[int] = []  # those the runner writes in place (backend agreed)
         # The copy_ node of each of those (output index -> node): the region's runner
-        # finishes the update (_region_runner's finish_updates), no step of its own.
+        # finishes the update (_region_runner's hand_out), no step of its own.
         self.update_nodes: dict[int, torch.fx.Node] = {}
         # Values computed from one input alone may be derived inputs (_Plan decides).
         self.derives = False
