@@ -21,6 +21,20 @@ settings.load_profile(
 )
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile's caches reset before and after the test, so each test traces and
+    compiles its own graphs, and hologram_torch's fallback log kept to errors (a test
+    that needs a fallback's message asserts on it instead)."""
+    import logging
+
+    torch = pytest.importorskip("torch")
+    torch._dynamo.reset()
+    logging.getLogger("hologram_torch").setLevel(logging.ERROR)
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(scope="session")
 def native_cpu():
     """The cpu executor when it compiles C; tests of the native backend skip without it

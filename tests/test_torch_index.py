@@ -7,8 +7,6 @@ PyTorch fallback), and out-of-range indices raising IndexError."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -19,12 +17,7 @@ from hologram_torch import compile_backend as cb  # noqa: E402
 ATOL, RTOL = 1e-5, 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    logging.getLogger("hologram_torch").setLevel(logging.ERROR)
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _leaves(args, grad: bool):

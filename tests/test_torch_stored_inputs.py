@@ -9,8 +9,6 @@ host conversion."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -23,12 +21,7 @@ from hologram_torch import compile_backend as cb  # noqa: E402
 INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    logging.getLogger("hologram_torch").setLevel(logging.ERROR)
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 @pytest.fixture
