@@ -1074,7 +1074,8 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
         def launch(env: dict[torch.fx.Node, Any], results: list[torch.Tensor]) -> None:
             pointers: list[int] = []
             copies: list[np.ndarray] = []  # alive until the program has run
-            for node, spec, dtype, shape, strides in reads:
+            copied: list[int] = []  # the inputs not read in place
+            for i, (node, spec, dtype, shape, strides) in enumerate(reads):
                 t = env[node]
                 if (t.dtype is dtype and t.is_cpu and t.shape == shape
                         and t.stride() == strides):
@@ -1083,6 +1084,9 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
                     a = _host_array(t, spec)
                     copies.append(a)
                     pointers.append(data_pointer(a))
+                    copied.append(i)
+            for k, j, dst in into_read:
+                results[k] = env[dst] if j not in copied else new_result[k]()
             if packer is None:
                 pointers.extend(t.data_ptr() for t in results)
                 direct(pointers)
@@ -1107,9 +1111,19 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
             ex.backend.launch(compiled, arrays, [t.numpy() for t in results], packed=packed)
 
     new_result = [_host_allocator(shape, carrier) for _, shape, _, carrier in outs]
+    # Outputs written into a graph input the program reads (output, input index, the
+    # input's node): where the launch read that input in place, the tensor has passed
+    # every check result() makes (dtype, device, shape, contiguous strides: the update
+    # was planned only where they agree), so the launch makes it the output without
+    # checking it again (an optimizer step's twelve; docs/perf.md, session 30).
+    into_read = [(k, j, into[k]) for k, (_, j) in sorted(r.updates.items())
+                 if k in into and j is not None]
+    in_launch = {k for k, _, _ in into_read}
 
     def result(env: dict[torch.fx.Node, Any], k: int, shape: tuple[int, ...],
-               carrier: torch.dtype) -> torch.Tensor:
+               carrier: torch.dtype) -> torch.Tensor | None:
+        if k in in_launch:
+            return None  # launch's to decide, once it has read the input
         dst = into.get(k)
         if dst is not None:
             t = env[dst]
