@@ -10,7 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from .test_torch_index import _check, _fresh_dynamo, _randn  # noqa: E402, F401
+from .test_torch_index import _check, _randn  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def test_view_copies_are_stored_by_the_program():

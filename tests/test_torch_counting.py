@@ -9,8 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from .test_torch_index import _check, _fresh_dynamo, _randint, _randn  # noqa: E402, F401
+from .test_torch_index import _check, _randint, _randn  # noqa: E402
 from .test_torch_scatter_reduce import _specials  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 NAN, INF = float("nan"), float("inf")
 

@@ -9,7 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from .test_torch_index import _check, _fresh_dynamo, _randn  # noqa: E402, F401
+from .test_torch_index import _check, _randn  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 PS = [0.0, 1.0, 1.5, 2.0, 3.0, float("inf")]
 

@@ -9,7 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from .test_torch_index import _check, _fresh_dynamo, _randint, _randn  # noqa: E402, F401
+from .test_torch_index import _check, _randint, _randn  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 REDUCES = ["sum", "prod", "mean", "amax", "amin"]
 

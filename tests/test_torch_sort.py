@@ -10,8 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from .test_torch_index import _check, _fresh_dynamo, _randn  # noqa: E402, F401
+from .test_torch_index import _check, _randn  # noqa: E402
 from .test_torch_scatter_reduce import _specials  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _ties(seed: int, *shape: int) -> torch.Tensor:

@@ -10,7 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from .test_torch_index import _check, _fresh_dynamo, _randn  # noqa: E402, F401
+from .test_torch_index import _check, _randn  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _domain(seed: int) -> torch.Tensor:
