@@ -199,10 +199,7 @@ class _Region:
         v = Var(ldg(len(self.inputs), spec.isa, spec.shape))
         if order is not None:
             v = v.permute(tuple(order.index(d) for d in range(len(order))))
-        if info.dtype is torch.bool:
-            v = v.cast(dtypes.boolean)
-        elif info.dtype in INT_DTYPES:
-            v = v.cast(dtypes.f64)  # the carrier of integer values (fx_info.INT_DTYPES)
+        v = v.cast(isa_dtype(info.dtype))  # the value's dtype in programs (ints: f64)
         self.inputs.append(spec)
         self._by_node[node] = v
         return v
@@ -425,9 +422,10 @@ class _Plan:
                 self._schedule = _without_empty_steps(runners, self._free_lists())
             return self._schedule
 
-    def _finished_updates(self) -> set[torch.fx.Node]:
-        """The copy_ nodes whose region writes their value in place and finishes them."""
-        return {r.update_nodes[k] for r in self.regions for k in r.in_place}
+    @functools.cached_property
+    def _update_sites(self) -> dict[torch.fx.Node, tuple[_Region, int]]:
+        """Each copy_ node a region may write in place: (that region, its output)."""
+        return {node: (r, k) for r in self.regions for k, node in r.update_nodes.items()}
 
     def _region_summaries(self) -> list[RegionSummary]:
         self._resolve()  # the runners decide which updates are written in place
@@ -691,7 +689,8 @@ class _Plan:
         """The step's runner; None for an update its region's runner finishes (made
         first: runners are made in step order, and a region comes before its updates)."""
         if kind == "torch" and obj in self.updates:
-            if obj in self._finished_updates():
+            r, k = self._update_sites.get(obj, (None, None))
+            if r is not None and k in r.in_place:
                 return None
             return _update_runner(obj, *self.updates[obj])
         if kind == "torch":
