@@ -281,51 +281,43 @@ def _child_takes(cache, q) -> None:
     q.put(cache._key_lock("k").acquire(timeout=5))
 
 
-def test_a_fork_during_a_build_leaves_the_child_unlocked(tmp_path):
+def _child_finds(q) -> None:
+    q.put(ccmod._FIND_LOCK.acquire(timeout=5))
+
+
+def _child_got_the_lock(held, child_target, *args) -> bool:
+    """Hold ``held`` (as a thread building or probing does), fork, and return what the
+    child reported: whether it could take the lock itself (the at-fork reset)."""
     import multiprocessing as mp
     import sys
 
     if sys.platform == "win32" or "fork" not in mp.get_all_start_methods():
         pytest.skip("no fork here")
-    from hologram.cache import KernelCache
-
-    cache = KernelCache(tmp_path)
-    held = cache._key_lock("k")
-    held.acquire()  # as a prewarm thread building key "k" holds it
+    held.acquire()
     try:
         ctx = mp.get_context("fork")
         q = ctx.Queue()
-        child = ctx.Process(target=_child_takes, args=(cache, q))
+        child = ctx.Process(target=child_target, args=(*args, q))
         child.start()
-        assert q.get(timeout=30) is True
+        got = q.get(timeout=30)
         child.join(30)
+        return got
     finally:
         held.release()
 
 
-def _child_finds(q) -> None:
-    q.put(ccmod._FIND_LOCK.acquire(timeout=5))
+def test_a_fork_during_a_build_leaves_the_child_unlocked(tmp_path):
+    from hologram.cache import KernelCache
+
+    cache = KernelCache(tmp_path)
+    # as a prewarm thread building key "k" holds it
+    assert _child_got_the_lock(cache._key_lock("k"), _child_takes, cache) is True
 
 
 def test_a_fork_during_the_compiler_probe_leaves_the_child_unlocked():
     """``import hologram_torch``'s prewarm thread probes the compiler under a lock; a fork
     meanwhile must not leave the child a lock no thread of its own will release."""
-    import multiprocessing as mp
-    import sys
-
-    if sys.platform == "win32" or "fork" not in mp.get_all_start_methods():
-        pytest.skip("no fork here")
-    held = ccmod._FIND_LOCK
-    held.acquire()  # as the prewarm thread probing holds it
-    try:
-        ctx = mp.get_context("fork")
-        q = ctx.Queue()
-        child = ctx.Process(target=_child_finds, args=(q,))
-        child.start()
-        assert q.get(timeout=30) is True
-        child.join(30)
-    finally:
-        held.release()
+    assert _child_got_the_lock(ccmod._FIND_LOCK, _child_finds) is True
 
 
 def _blocked_finish(monkeypatch: pytest.MonkeyPatch, cpu: hg.Executor):
