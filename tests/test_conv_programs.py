@@ -39,6 +39,9 @@ CASES = {
                                             (1, 1), 2),
     "pointwise": ((1, 3, 5, 4), (2, 3, 1, 1), (1, 1), (0, 0), (1, 1), 1),
     "dense per image": ((2, 3, 17, 16), (4, 3, 3, 3), (1, 1), (1, 1), (1, 1), 1),
+    # a stem (7x7, stride 2, padding 3) with more positions than a folded batch: the
+    # im2col's taps are windows of phase planes (im2col_taps), odd input sizes
+    "stem 7x7 s2": ((2, 3, 35, 33), (4, 3, 7, 7), (2, 2), (3, 3), (1, 1), 1),
     # a batch with few positions: one GEMM over the batch (folded), padded windows
     "folded 3x3 s2": ((3, 4, 7, 6), (5, 4, 3, 3), (2, 2), (1, 2), (1, 1), 1),
     "folded 1x1 s2": ((2, 3, 5, 6), (4, 3, 1, 1), (2, 2), (0, 0), (1, 1), 1),
@@ -283,6 +286,26 @@ def test_a_batch_with_few_positions_is_one_gemm(kernel, stride, pad, monkeypatch
     (g,) = _gemms(conv, [("f32", (3, 8, *size)), ("f32", (16, 8, *kernel))])
     assert g.shape == (16, 3 * 49)
     assert FOLD_MAX_POSITIONS < 16 * 17
+
+
+def test_a_strided_im2col_copies_each_tap_in_one_loop_nest():
+    """A strided im2col's taps are plain windows of the input's phase planes
+    (``im2col_taps``): one loop nest each, where a padded strided window of the input
+    was up to five (its copy and the padding's bands), ResNet-18's stem 239 loops and
+    most of a cold first call's compiler time. The values: the "stem" case above."""
+    ex = hg.Executor(backend="cpu")
+    if "C via" not in ex.backend.describe():
+        pytest.skip("no C compiler")
+    outs = (17, 17)
+
+    def stem(x, w):
+        return (conv_nd(x, w, None, (2, 2), (3, 3), (1, 1), 1, outs),)
+
+    p = b.program(stem, [("f32", (2, 3, 33, 33)), ("f32", (4, 3, 7, 7))])
+    src = ex.compile(p).lowered.source
+    assert FOLD_MAX_POSITIONS < 17 * 17  # one GEMM per image: the im2col is stored
+    loops = src.count("for (")
+    assert loops < 2 * 49 + 40, loops  # 49 taps of two loops, the planes, the GEMM's
 
 
 #: (input, out channels, kernel, stride, padding, dilation): strided input gradients

@@ -14,7 +14,8 @@ element-wise ops and the library GEMM), no instruction of its own:
   ``prod(kernel)`` taps are views of the input.
 * **im2col + GEMM** (groups with more than one input channel each): the taps stacked
   (one CONCAT; for a 1x1 kernel the one tap, a view) are the column matrix ``[B, g,
-  C/g * K, L]`` (:func:`columns`); the weight ``[g, O/g, C/g * K]`` times it is one
+  C/g * K, L]`` (:func:`columns`; strided taps are windows of phase planes,
+  :func:`im2col_taps`); the weight ``[g, O/g, C/g * K]`` times it is one
   batched GEMM whose result is already channels-first ``[B, O, L]``. The bias and what
   follows element-wise (batch norm at inference, the activation) run as the GEMM's
   epilogue, per tile while it is in cache, so batch norm costs no pass of its own
@@ -240,6 +241,31 @@ def window_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
     return out
 
 
+#: Whether a strided im2col takes its taps from phase planes (:func:`im2col_taps`;
+#: ``benchmarks/ab_lowering.py`` A/Bs it).
+IM2COL_PHASE_TAPS = True
+
+
+def im2col_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
+                padding: Sequence[int], dilation: Sequence[int], outs: Sequence[int]
+                ) -> list[Var]:
+    """The taps an im2col stacks: :func:`phase_taps` for a strided window, else
+    :func:`window_taps`. A strided tap of :func:`window_taps` renders as its own
+    padded window (up to five loop nests: the copy and the padding's bands, each
+    different), so ResNet-18's 7x7 stem at stride 2 was 239 loops that gcc took 1.6 s
+    of a cold first call to compile; as a plain window of a phase plane each tap is
+    one loop nest (159 loops in that part, 1.1 s; the model's whole library 6.5 ->
+    5.5 s of compiler time), and the copies read unit-stride rows instead of every
+    other element. Run time unchanged within the noise (``ab_lowering.py`` on this
+    setting: ResNet-18 b8 1.004x the time, b1 1.040x and 0.986x, its training step
+    1.017x, MobileNetV3-small b8 0.897x; docs/perf.md, session 31). Stride 1 keeps
+    :func:`window_taps`: there the planes would be a padded copy of the input for
+    nothing."""
+    strided = IM2COL_PHASE_TAPS and any(st > 1 for st in stride)
+    return (phase_taps if strided else window_taps)(x, kernel, stride, padding, dilation,
+                                                    outs)
+
+
 def _windows(x: Var, kernel: tuple[int, ...], out_sizes: tuple[int, ...]) -> Var:
     """``x [B, C, *spatial]`` viewed as ``[B, C, o1, k1, o2, k2, ...]``: its
     non-overlapping windows of ``kernel``. A window that would run past the end (ATen
@@ -377,7 +403,7 @@ def conv_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
     elif groups == 1 and b > 1 and math.prod(outs) <= FOLD_MAX_POSITIONS:
         y = _batch_folded(x, weight, stride, padding, dilation, outs)
     else:
-        cols = columns(window_taps(x, kernel, stride, padding, dilation, outs), groups)
+        cols = columns(im2col_taps(x, kernel, stride, padding, dilation, outs), groups)
         w = weight.reshape((1, groups, og, cg * kk))
         y = (w @ cols).reshape((b, o, *outs))
     if bias is not None:
