@@ -205,6 +205,50 @@ def test_stored_concat_writes_each_part_in_its_own_loop():
     np.testing.assert_allclose(out, np.concatenate([np.exp(x), y, x], 1), rtol=1e-6)
 
 
+def _windows(x: Var, offsets: list[tuple[int, int]]) -> list[Var]:
+    """``x [B, C, H, W]``'s 3-smaller windows at ``offsets``, each ``[B, C, 1, h*w]``
+    (an im2col's taps)."""
+    bb, cc, hh, ww = x.shape
+    return [x.slice((0, 0, dy, dx), (bb, cc, hh - 3, ww - 3)).reshape(
+        (bb, cc, 1, (hh - 3) * (ww - 3))) for dy, dx in offsets]
+
+
+@pytest.mark.parametrize("layout", ["nine", "broken run", "too few"])
+def test_parts_differing_only_in_slice_starts_fold_into_one_loop(layout):
+    """Consecutive parts of a stored CONCAT that are the same window at other starts
+    (an im2col's taps) render as one loop nest in a loop over a table of the starts
+    (``render_c.folded_parts``): a run broken by another part folds on each side,
+    and fewer than ``FOLD_MIN_PARTS`` stay one loop nest each. Values against NumPy."""
+    from hologram.compiler.render_c import FOLD_MIN_PARTS
+
+    ex = _compiled_executor()
+    grid = [(dy, dx) for dy in range(3) for dx in range(3)]
+
+    def fn(x: Var) -> Var:
+        y = x.exp()  # the windows' source: a value of the program, not only an input
+        if layout == "nine":
+            parts = _windows(y, grid)
+        elif layout == "broken run":
+            odd = _windows(y, [(1, 2)])[0] * 2.0
+            parts = _windows(y, grid[:5]) + [odd] + _windows(y, grid[5:])
+        else:
+            parts = _windows(y, grid[:FOLD_MIN_PARTS - 1])
+        return _cat(*parts, axis=2)
+
+    shape = (2, 3, 40, 43)
+    p = b.program(fn, [("f32", shape)])
+    src = ex.backend.compile(p).source
+    folds = {"nine": ["tap < 9;"], "broken run": ["tap < 5;", "tap < 4;"],
+             "too few": []}[layout]
+    assert src.count("tap < ") == len(folds) and all(f in src for f in folds), src
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    x[0, 1, 5, 7] = np.nan
+    (want,), _ = evaluate(p, [x])
+    got = np.empty(p.output_specs[0][1], np.float32)
+    ex.launch(p, [x], [got])
+    assert_close(got, want, rtol=1e-6, atol=0)
+
+
 def test_concat_kernel_is_one_launch_with_fused_work():
     x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
     f = hg.jit(lambda a: _cat(a.exp(), a * 2.0, axis=1).sum(1))

@@ -258,6 +258,8 @@ class CRenderer(IndexKernels):
         self.row_len: int | None = None  # set while rendering a row-range kernel
         self.row_factor = 1  # the row-range kernel's own rows per product row
         self.specials: set[Op] = set()  # special functions the kernels call (special_math)
+        #: SLICEs rendered with starts read from a table (``folded_parts``): id -> starts
+        self.slice_starts: dict[int, tuple[int | Expr, ...]] = {}
         self.sort_helpers: dict[str, str] = {}  # render_index.sort_helper
 
     # --- helpers --------------------------------------------------------------------------
@@ -479,7 +481,8 @@ class CRenderer(IndexKernels):
             return self.emit(v.srcs[0], self.reshape_index(v.srcs[0].shape, v.shape, idx),
                              cur, flat)
         if v.op is Op.SLICE:  # a window: each axis's index moves by where it starts
-            sub = tuple(shift(e, s) for e, s in zip(idx, v.attr("starts"), strict=True))
+            starts = self.slice_starts.get(id(v)) or v.attr("starts")
+            sub = tuple(shift(e, s) for e, s in zip(idx, starts, strict=True))
             return self.emit(v.srcs[0], sub, cur, flat)
         if v.op is Op.CONCAT:
             return self.concat(v, idx, cur, key)
@@ -1134,7 +1137,15 @@ class CRenderer(IndexKernels):
             body_top = Scope("outer", "u", top)
             self.concat_parallel = False
         try:
-            for part in c.srcs:
+            i = 0
+            while i < len(c.srcs):
+                part = c.srcs[i]
+                twins = shifted_twins(c.srcs, i, self.sched.buffers) if lead else None
+                if twins is not None and part.shape[axis]:
+                    out += self.folded_parts(c, twins, k, body_top, start, lead)
+                    i += len(twins[0])
+                    start += len(twins[0]) * part.shape[axis]
+                    continue
                 if part.shape[axis]:
                     def place(idx: tuple[Expr, ...], start: int = start) -> Expr:
                         moved = tuple(shift(e, start) if d == axis else e
@@ -1143,6 +1154,7 @@ class CRenderer(IndexKernels):
 
                     out += self.concat_part(part, k, body_top, place, lead)
                 start += part.shape[axis]
+                i += 1
         finally:
             del self.row_scratch
             del self.concat_parallel
@@ -1150,6 +1162,50 @@ class CRenderer(IndexKernels):
             head = self.loop("u", units, True, False, "outer", c.size)
             out = [head] + ["  " + ln for ln in body_top.lines + out] + ["}"]
         return out
+
+    def folded_parts(self, c: Value, twins: tuple[list[Value], dict[int, list[tuple[int, ...]]]],
+                     k: KernelPlan, top: Scope, start: int, lead: tuple[Expr, ...]
+                     ) -> list[str]:
+        """Consecutive parts of a stored CONCAT that differ only in where their SLICEs
+        start (an im2col's taps: windows of one stored plane at other offsets) as ONE
+        loop nest inside a loop over the parts, the starts that differ read from a
+        table. Each part as its own loop nest made ResNet-18's stem 49 copies of the
+        same loops, most of a cold first call's compiler time in its part (docs/perf.md,
+        session 31); the copies run the same at run time (the table is read outside the
+        inner loop)."""
+        parts, slices = twins
+        first = parts[0]
+        axis = c.attr("axis")
+        size = first.shape[axis]
+        tab = self.fresh("t")
+        tap = Expr("tap", frozenset({"tap"}))
+        columns: list[list[int]] = [[] for _ in parts]
+        symbolic: dict[int, tuple[int | Expr, ...]] = {}
+        for sid, per_part in slices.items():
+            starts: list[int | Expr] = list(per_part[0])
+            for a in range(len(starts)):
+                if len({st[a] for st in per_part}) > 1:
+                    starts[a] = Expr(f"{tab}[tap][{len(columns[0])}]", tap.vars)
+                    for row, st in zip(columns, per_part, strict=True):
+                        row.append(st[a])
+            symbolic[sid] = tuple(starts)
+        at = Expr(f"{start} + tap * {size}" if start else f"tap * {size}", tap.vars)
+
+        def place(idx: tuple[Expr, ...]) -> Expr:
+            return self.offset(c.shape, tuple(shift(e, at) if d == axis else e
+                                              for d, e in enumerate(idx)))
+
+        loop = Scope("outer", "tap", top)
+        self.slice_starts.update(symbolic)
+        try:
+            body = self.nested_kernel(first, k, loop, place, lead)
+        finally:
+            for sid in symbolic:
+                del self.slice_starts[sid]
+        rows = ", ".join("{" + ", ".join(map(str, row)) + "}" for row in columns)
+        return ([f"static const int64_t {tab}[{len(parts)}][{len(columns[0])}] = {{{rows}}};",
+                 f"for (int64_t tap = 0; tap < {len(parts)}; tap++) {{"]
+                + ["  " + ln for ln in loop.lines + body] + ["}"])
 
     def concat_part(self, part: Value, k: KernelPlan, top: Scope,
                     place: Callable[[tuple[Expr, ...]], Expr],
@@ -1286,8 +1342,73 @@ def unit_reshape_concat(v: Value, buffers: dict[int, BufRef]
     return x, to_v
 
 
-def shift(e: Expr, by: int) -> Expr:
-    """Index ``e`` moved by ``by`` (a SLICE's start, a CONCAT part's offset)."""
+#: Fewest consecutive CONCAT parts folded into one loop over a table (folded_parts).
+FOLD_MIN_PARTS = 4
+
+
+def shifted_twins(parts: Sequence[Value], i: int, buffers: dict[int, BufRef]
+                  ) -> tuple[list[Value], dict[int, list[tuple[int, ...]]]] | None:
+    """The run of parts from ``parts[i]`` that are ``parts[i]`` with only their SLICEs'
+    starts changed (the same ops, shapes, other attributes and leaves; nothing stored
+    in between), and each SLICE of ``parts[i]`` (by id) with its starts in every part
+    of the run; None for a run shorter than ``FOLD_MIN_PARTS``, or a first part
+    ``concat_part`` splits (a padded window)."""
+    first = parts[i]
+    if unit_reshape_concat(first, buffers) is not None:
+        return None
+    run = [first]
+    slices: dict[int, list[tuple[int, ...]]] = {}
+    for other in parts[i + 1:]:
+        pairs = _slice_pairs(first, other, buffers)
+        if pairs is None:
+            break
+        if not run[1:]:
+            slices = {sid: [v.attr("starts")] for sid, (v, _) in pairs.items()}
+        if pairs.keys() != slices.keys():
+            break
+        for sid, (_, starts) in pairs.items():
+            slices[sid].append(starts)
+        run.append(other)
+    if len(run) < FOLD_MIN_PARTS or not slices:
+        return None
+    return run, slices
+
+
+def _slice_pairs(a: Value, b: Value, buffers: dict[int, BufRef]
+                 ) -> dict[int, tuple[Value, tuple[int, ...]]] | None:
+    """``b`` as ``a`` with other SLICE starts: each SLICE of ``a`` by id, with itself
+    and its counterpart's starts; None when they differ otherwise."""
+    out: dict[int, tuple[Value, tuple[int, ...]]] = {}
+    seen: set[tuple[int, int]] = set()
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        if (id(x), id(y)) in seen:
+            continue
+        seen.add((id(x), id(y)))
+        if (id(x) in buffers or id(y) in buffers or x.op is not y.op or x.dtype != y.dtype
+                or x.shape != y.shape or len(x.srcs) != len(y.srcs)):
+            return None
+        if x.op is Op.SLICE:
+            if [kv for kv in x.attrs if kv[0] != "starts"] != \
+                    [kv for kv in y.attrs if kv[0] != "starts"]:
+                return None
+            if id(x) in out and out[id(x)][1] != y.attr("starts"):
+                return None
+            out[id(x)] = (x, y.attr("starts"))
+        elif x.attrs != y.attrs:
+            return None
+        stack.extend(zip(x.srcs, y.srcs, strict=True))
+    return out
+
+
+def shift(e: Expr, by: int | Expr) -> Expr:
+    """Index ``e`` moved by ``by`` (a SLICE's start, a CONCAT part's offset; an
+    expression where parts folded into one loop read theirs from a table)."""
+    if isinstance(by, Expr):
+        return Expr(f"({e.code} + {by.code})", e.vars | by.vars)
     if by == 0:
         return e
     if e.code.isdigit():

@@ -260,8 +260,10 @@ def im2col_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
     setting: ResNet-18 b8 1.004x the time, b1 1.040x and 0.986x, its training step
     1.017x, MobileNetV3-small b8 0.897x; docs/perf.md, session 31). Stride 1 keeps
     :func:`window_taps`: there the planes would be a padded copy of the input for
-    nothing."""
-    strided = IM2COL_PHASE_TAPS and any(st > 1 for st in stride)
+    nothing; so does a 1x1 kernel (its one tap is a strided view, no copy, where the
+    planes would copy every phase). Every strided im2col takes its taps here, the
+    folded batch's too (:func:`_folded_columns`)."""
+    strided = IM2COL_PHASE_TAPS and any(st > 1 for st in stride) and math.prod(kernel) > 1
     return (phase_taps if strided else window_taps)(x, kernel, stride, padding, dilation,
                                                     outs)
 
@@ -683,7 +685,7 @@ def _folded_columns(x: Var, kernel: Sequence[int], stride: Sequence[int],
     kk = math.prod(kernel)
     n = b * math.prod(outs)
     xt = x.permute((1, 0, *range(2, x.ndim)))  # [C, B, *P]
-    tp = window_taps(xt, kernel, stride, padding, dilation, outs)  # each [C, B, *outs]
+    tp = im2col_taps(xt, kernel, stride, padding, dilation, outs)  # each [C, B, *outs]
     if kk == 1:
         return tp[0].reshape((groups, c // groups, n))
     stacked = Var(concat([t.reshape((c, 1, b, *outs)).v for t in tp], 1))
