@@ -288,11 +288,12 @@ def test_a_batch_with_few_positions_is_one_gemm(kernel, stride, pad, monkeypatch
     assert FOLD_MAX_POSITIONS < 16 * 17
 
 
-def test_a_strided_im2col_copies_each_tap_in_one_loop_nest():
-    """A strided im2col's taps are plain windows of the input's phase planes
-    (``im2col_taps``): one loop nest each, where a padded strided window of the input
-    was up to five (its copy and the padding's bands), ResNet-18's stem 239 loops and
-    most of a cold first call's compiler time. The values: the "stem" case above."""
+def test_a_strided_im2col_copies_its_taps_in_one_loop_nest():
+    """A 7x7 stride-2 im2col's taps are plain windows of the input's phase planes
+    (``im2col_taps``), which the renderer folds into one loop nest over a table of
+    their starts: a padded strided window of the input per tap was up to five loop
+    nests each, ResNet-18's stem 239 loops and most of a cold first call's compiler
+    time. The values: the "stem" case above."""
     ex = hg.Executor(backend="cpu")
     if "C via" not in ex.backend.describe():
         pytest.skip("no C compiler")
@@ -304,8 +305,7 @@ def test_a_strided_im2col_copies_each_tap_in_one_loop_nest():
     p = b.program(stem, [("f32", (2, 3, 33, 33)), ("f32", (4, 3, 7, 7))])
     src = ex.compile(p).lowered.source
     assert FOLD_MAX_POSITIONS < 17 * 17  # one GEMM per image: the im2col is stored
-    loops = src.count("for (")
-    assert loops < 2 * 49 + 40, loops  # 49 taps of two loops, the planes, the GEMM's
+    assert "tap < 49;" in src and src.count("for (") < 30, src
 
 
 #: (input, out channels, kernel, stride, padding, dilation): strided input gradients

@@ -244,26 +244,32 @@ def window_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
 #: Whether a strided im2col takes its taps from phase planes (:func:`im2col_taps`;
 #: ``benchmarks/ab_lowering.py`` A/Bs it).
 IM2COL_PHASE_TAPS = True
+#: ... when its kernel has at least this many positions per phase plane: the planes are
+#: a pass of their own over the input, paid back by plain copies only when many taps
+#: read each plane (ResNet-18's 7x7 stride-2 stem: 49 taps over 4 planes;
+#: MobileNetV3-small's 3x3 stride-2 stem, 9 over 4, ran 1.03-1.06x slower with them).
+PHASE_TAPS_PER_PLANE = 4
 
 
 def im2col_taps(x: Var, kernel: Sequence[int], stride: Sequence[int],
                 padding: Sequence[int], dilation: Sequence[int], outs: Sequence[int]
                 ) -> list[Var]:
-    """The taps an im2col stacks: :func:`phase_taps` for a strided window, else
+    """The taps an im2col stacks: :func:`phase_taps` for a strided window with many
+    kernel positions per phase plane (``PHASE_TAPS_PER_PLANE``), else
     :func:`window_taps`. A strided tap of :func:`window_taps` renders as its own
     padded window (up to five loop nests: the copy and the padding's bands, each
-    different), so ResNet-18's 7x7 stem at stride 2 was 239 loops that gcc took 1.6 s
-    of a cold first call to compile; as a plain window of a phase plane each tap is
-    one loop nest (159 loops in that part, 1.1 s; the model's whole library 6.5 ->
-    5.5 s of compiler time), and the copies read unit-stride rows instead of every
-    other element. Run time unchanged within the noise (``ab_lowering.py`` on this
-    setting: ResNet-18 b8 1.004x the time, b1 1.040x and 0.986x, its training step
-    1.017x, MobileNetV3-small b8 0.897x; docs/perf.md, session 31). Stride 1 keeps
-    :func:`window_taps`: there the planes would be a padded copy of the input for
-    nothing; so does a 1x1 kernel (its one tap is a strided view, no copy, where the
-    planes would copy every phase). Every strided im2col takes its taps here, the
-    folded batch's too (:func:`_folded_columns`)."""
-    strided = IM2COL_PHASE_TAPS and any(st > 1 for st in stride) and math.prod(kernel) > 1
+    different), so ResNet-18's 7x7 stride-2 stem was 239 loops that gcc took 1.6 s of
+    a cold first call to compile. As windows of the phase planes the taps differ only
+    in where they start, and the renderer folds them into one loop nest over a table
+    of starts (``render_c.folded_parts``): the model's library 755 -> 519 loops, 6.5
+    -> 4.6 s of gcc. Run time unchanged on ResNet-18 (``ab_lowering.py``: b8 1.004x
+    and 0.976x the time, b1 1.040x and 0.986x, its training step 1.017x and 0.999x;
+    docs/perf.md, session 31). Stride 1 keeps :func:`window_taps` (the planes would be
+    a padded copy of the input for nothing), and so does a 1x1 kernel (its one tap is
+    a strided view, no copy). Every strided im2col takes its taps here, the folded
+    batch's too (:func:`_folded_columns`)."""
+    strided = (IM2COL_PHASE_TAPS and any(st > 1 for st in stride)
+               and math.prod(kernel) >= PHASE_TAPS_PER_PLANE * math.prod(stride))
     return (phase_taps if strided else window_taps)(x, kernel, stride, padding, dilation,
                                                     outs)
 
