@@ -249,6 +249,27 @@ def test_parts_differing_only_in_slice_starts_fold_into_one_loop(layout):
     assert_close(got, want, rtol=1e-6, atol=0)
 
 
+def test_a_fold_after_the_same_part_rendered_plainly_reads_its_own_starts():
+    """Parts [c0 * 2, c0 * 2, c1 * 2, ..., c4 * 2] of one column each: the first renders
+    as a plain loop nest, the run from the second on folds (``folded_parts``). The
+    first's value depends on the unit alone, so it is kept in the unit's scope; the
+    fold's first part is the same value, which must not be taken from there (every
+    folded part read column 0)."""
+    ex = _compiled_executor()
+
+    def fn(x: Var) -> Var:
+        bb, cc, _ = x.shape
+        return _cat(*(x.slice((0, 0, i), (bb, cc, 1)) * 2.0 for i in (0, 0, 1, 2, 3, 4)),
+                    axis=2)
+
+    p = b.program(fn, [("f32", (64, 128, 8))])
+    assert "tap < 5;" in ex.backend.compile(p).source
+    x = np.random.default_rng(4).standard_normal((64, 128, 8)).astype(np.float32)
+    got = np.empty((64, 128, 6), np.float32)
+    ex.launch(p, [x], [got])
+    np.testing.assert_array_equal(got, x[:, :, [0, 0, 1, 2, 3, 4]] * 2)
+
+
 def test_concat_kernel_is_one_launch_with_fused_work():
     x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
     f = hg.jit(lambda a: _cat(a.exp(), a * 2.0, axis=1).sum(1))

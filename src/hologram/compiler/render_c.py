@@ -260,6 +260,9 @@ class CRenderer(IndexKernels):
         self.specials: set[Op] = set()  # special functions the kernels call (special_math)
         #: SLICEs rendered with starts read from a table (``folded_parts``): id -> starts
         self.slice_starts: dict[int, tuple[int | Expr, ...]] = {}
+        #: Appended to every emitted value's cache key while a fold renders, so a value
+        #: the kernel computed before with fixed starts is not taken for the table's.
+        self.fold_key: tuple[str, ...] = ()
         self.sort_helpers: dict[str, str] = {}  # render_index.sort_helper
 
     # --- helpers --------------------------------------------------------------------------
@@ -401,7 +404,7 @@ class CRenderer(IndexKernels):
 
     # --- emission -----------------------------------------------------------------------------
     def emit(self, v: Value, idx: tuple[Expr, ...], cur: Scope, flat: bool) -> Expr:
-        key = (id(v), tuple(e.code for e in idx))
+        key = (id(v), tuple(e.code for e in idx), *self.fold_key)
         hit = self.lookup(key, cur)
         if hit is not None:
             return hit
@@ -1197,9 +1200,11 @@ class CRenderer(IndexKernels):
 
         loop = Scope("outer", "tap", top)
         self.slice_starts.update(symbolic)
+        self.fold_key = ("fold", tab)
         try:
             body = self.nested_kernel(first, k, loop, place, lead)
         finally:
+            self.fold_key = ()
             for sid in symbolic:
                 del self.slice_starts[sid]
         rows = ", ".join("{" + ", ".join(map(str, row)) + "}" for row in columns)
