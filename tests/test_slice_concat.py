@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hologram as hg
 from hologram.backends import registry
@@ -268,6 +270,49 @@ def test_a_fold_after_the_same_part_rendered_plainly_reads_its_own_starts():
     got = np.empty((64, 128, 6), np.float32)
     ex.launch(p, [x], [got])
     np.testing.assert_array_equal(got, x[:, :, [0, 0, 1, 2, 3, 4]] * 2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_random_runs_of_windows_match_the_reference(data):
+    """Random im2col-like CONCATs (windows of one value at drawn starts, repeats
+    allowed, the parts computed or not, now and then one that breaks the run), each
+    part's loops inside one loop over the units as a big CONCAT gets them (the
+    threshold lowered so small shapes do too): the compiled CPU kernels, folded
+    (``render_c.folded_parts``) or not, against the reference. Fails with the fold's
+    table rows out of order."""
+    from unittest import mock
+
+    from hologram.compiler import render_c
+
+    ex = _compiled_executor()
+    lead = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    hh, ww = data.draw(st.integers(2, 7)), data.draw(st.integers(2, 7))
+    h, w = data.draw(st.integers(1, hh)), data.draw(st.integers(1, ww))
+    n = data.draw(st.integers(1, 9))
+    starts = [(data.draw(st.integers(0, hh - h)), data.draw(st.integers(0, ww - w)))
+              for _ in range(n)]
+    odd = data.draw(st.sampled_from([None, *range(n)]))
+    computed, scaled = data.draw(st.booleans()), data.draw(st.booleans())
+
+    def fn(x: Var) -> Var:
+        y = x.exp() if computed else x
+        parts = [y.slice((0, 0, dy, dx), (*lead, h, w)).reshape((*lead, 1, h * w))
+                 for dy, dx in starts]
+        if scaled:  # every part computed (still the same but for the starts)
+            parts = [q * 0.5 for q in parts]
+        if odd is not None:
+            parts[odd] = parts[odd] * 2.0
+        return _cat(*parts, axis=2)
+
+    p = b.program(fn, [("f32", (*lead, hh, ww))])
+    x = np.random.default_rng(n).standard_normal((*lead, hh, ww)).astype(np.float32)
+    (want,), _ = evaluate(p, [x])
+    got = np.empty(want.shape, np.float32)
+    with mock.patch.object(render_c, "PARALLEL_MIN_WORK", 1), \
+            mock.patch.object(render_c, "PARALLEL_MIN_WORK_MATH", 1):
+        ex.launch(p, [x], [got])
+    assert_close(got, want, rtol=1e-6, atol=0)
 
 
 def test_concat_kernel_is_one_launch_with_fused_work():
