@@ -14,8 +14,8 @@ element-wise ops and the library GEMM), no instruction of its own:
   ``prod(kernel)`` taps are views of the input.
 * **im2col + GEMM** (groups with more than one input channel each): the taps stacked
   (one CONCAT; for a 1x1 kernel the one tap, a view) are the column matrix ``[B, g,
-  C/g * K, L]`` (:func:`columns`; strided taps are windows of phase planes,
-  :func:`im2col_taps`); the weight ``[g, O/g, C/g * K]`` times it is one
+  C/g * K, L]`` (:func:`columns`; a strided kernel's many taps are windows of phase
+  planes, :func:`im2col_taps`); the weight ``[g, O/g, C/g * K]`` times it is one
   batched GEMM whose result is already channels-first ``[B, O, L]``. The bias and what
   follows element-wise (batch norm at inference, the activation) run as the GEMM's
   epilogue, per tile while it is in cache, so batch norm costs no pass of its own
