@@ -207,12 +207,14 @@ def test_stored_concat_writes_each_part_in_its_own_loop():
     np.testing.assert_allclose(out, np.concatenate([np.exp(x), y, x], 1), rtol=1e-6)
 
 
-def _windows(x: Var, offsets: list[tuple[int, int]]) -> list[Var]:
-    """``x [B, C, H, W]``'s 3-smaller windows at ``offsets``, each ``[B, C, 1, h*w]``
-    (an im2col's taps)."""
+def _windows(x: Var, offsets: list[tuple[int, int]], size: tuple[int, int] | None = None
+             ) -> list[Var]:
+    """``x [B, C, H, W]``'s ``size`` windows (by default 3 smaller than ``x``) at
+    ``offsets``, each ``[B, C, 1, h*w]`` (an im2col's taps)."""
     bb, cc, hh, ww = x.shape
-    return [x.slice((0, 0, dy, dx), (bb, cc, hh - 3, ww - 3)).reshape(
-        (bb, cc, 1, (hh - 3) * (ww - 3))) for dy, dx in offsets]
+    h, w = size or (hh - 3, ww - 3)
+    return [x.slice((0, 0, dy, dx), (bb, cc, h, w)).reshape((bb, cc, 1, h * w))
+            for dy, dx in offsets]
 
 
 @pytest.mark.parametrize("layout", ["nine", "broken run", "too few"])
@@ -297,8 +299,7 @@ def test_random_runs_of_windows_match_the_reference(data):
 
     def fn(x: Var) -> Var:
         y = x.exp() if computed else x
-        parts = [y.slice((0, 0, dy, dx), (*lead, h, w)).reshape((*lead, 1, h * w))
-                 for dy, dx in starts]
+        parts = _windows(y, starts, (h, w))
         if scaled:  # every part computed (still the same but for the starts)
             parts = [q * 0.5 for q in parts]
         if odd is not None:
