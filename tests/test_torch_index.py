@@ -202,6 +202,24 @@ def test_slice_and_select_scatter(step):
         ops={"aten.slice_scatter", "aten.select_scatter"})
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_indexed_assignment_of_numbers_fills_in_a_program(dtype):
+    """``m[a:b, c:d] = count`` in a loop, as torchvision's Swin builds its shifted-window
+    mask: each number is a 0-d tensor constant and its fill is ``aten.fill.Tensor``
+    (which ran in PyTorch, 45 times in Swin-T, until it was translated)."""
+
+    def fn(x):
+        m = x.new_zeros((6, 7), dtype=dtype)
+        count = 0
+        for h in ((0, -4), (-4, -2), (-2, None)):
+            for w in ((0, -3), (-3, -1), (-1, None)):
+                m[h[0]:h[1], w[0]:w[1]] = count + 0.75
+                count += 1
+        return x + m
+
+    _check(fn, _randn(2, 6, 7), ops={"aten.fill", "aten.slice_scatter"}, grad=False)
+
+
 # --- arange and scans ----------------------------------------------------------------------
 def test_arange_forms():
     x = _randn(6, seed=21)

@@ -26,7 +26,11 @@ def _fill_from(pos: int | None) -> Callable[..., Var]:
     def tr(ctx: Ctx, *args: Any, **kwargs: Any) -> Var:
         value = kwargs.get("fill_value", args[pos] if pos is not None else None)
         if isinstance(value, Var):
-            raise Unsupported("fill value is a tensor")
+            # fill.Tensor: ATen requires a 0-d value (an indexed assignment of a
+            # Python number, e.g. torchvision's Swin attention mask, traces to one).
+            if value.shape != ():
+                raise Unsupported(f"fill value of shape {value.shape}")
+            return convert(value, ctx.out.dtype).expand(ctx.out_shape)
         return as_var(value, ctx.out_dtype).expand(ctx.out_shape)
 
     return tr
@@ -99,7 +103,7 @@ def _eye(ctx: Ctx, n: int, m: int | None = None, **kwargs: Any) -> Var:
 ROWS: dict[Any, Callable[..., Any]] = {
     aten.full: _fill_from(1),
     aten.full_like: _fill_from(1),
-    aten.fill: _fill_from(1),  # the functional fill.Scalar (a tensor value: Unsupported)
+    aten.fill: _fill_from(1),  # the functional fill.Scalar and fill.Tensor (a 0-d value)
     # Contents unspecified: zeros are as valid as any (AOT's joint export writes
     # full_like as empty_like + fill).
     aten.empty_like: _const_fill(0.0),
