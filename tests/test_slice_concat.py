@@ -274,6 +274,40 @@ def test_a_fold_after_the_same_part_rendered_plainly_reads_its_own_starts():
     np.testing.assert_array_equal(got, x[:, :, [0, 0, 1, 2, 3, 4]] * 2)
 
 
+@pytest.mark.parametrize("units", [1, 32])
+def test_parts_that_reduce_their_windows_are_not_folded(units):
+    """A depthwise convolution's weight gradient as its backward builds it: one column
+    per tap, each the sum over the batch and the positions of a window of the input
+    times the output's gradient. Parts alike but for their SLICEs' starts, as an
+    im2col's taps, but each a reduction, whose loop the renderer places before the
+    part's stores (in the unit's scope, outside a fold's loop over its table): folded,
+    the reductions read the table's ``tap`` where it is not declared, and the C did not
+    compile (torchvision's ConvNeXt-T training step)."""
+    from unittest import mock
+
+    from hologram.compiler import render_c
+
+    ex = _compiled_executor()
+    grid = [(dy, dx) for dy in range(3) for dx in range(3)]
+
+    def fn(x: Var, g: Var) -> Var:
+        bb, cc = g.shape[:2]
+        taps = [(w.reshape(g.shape) * g).sum(axis=(0, 2, 3)).reshape((cc, 1))
+                for w in _windows(x, grid, g.shape[2:])]
+        return _cat(*taps, axis=1)
+
+    shape, gshape = (2, units, 6, 6), (2, units, 4, 4)
+    p = b.program(fn, [("f32", shape), ("f32", gshape)])
+    rng = np.random.default_rng(5)
+    x, g = (rng.standard_normal(s).astype(np.float32) for s in (shape, gshape))
+    (want,), _ = evaluate(p, [x, g])
+    got = np.empty(want.shape, np.float32)
+    with mock.patch.object(render_c, "PARALLEL_MIN_WORK", 1), \
+            mock.patch.object(render_c, "PARALLEL_MIN_WORK_MATH", 1):
+        ex.launch(p, [x, g], [got])
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_random_runs_of_windows_match_the_reference(data):

@@ -1349,6 +1349,11 @@ def unit_reshape_concat(v: Value, buffers: dict[int, BufRef]
 
 #: Fewest consecutive CONCAT parts folded into one loop over a table (folded_parts).
 FOLD_MIN_PARTS = 4
+#: What a folded part may compute: values rendered in place, where the part's loops
+#: are. A reduction's loop is placed before the part's stores, in the scope of the
+#: indices its result depends on, outside the loop over the table (whose ``tap`` it
+#: would read undeclared); scans, sorts and the like are steps of their own.
+FOLDABLE_GROUPS = ELEMENTWISE | {Group.MOVEMENT, Group.MEMORY, Group.GATHER}
 
 
 def shifted_twins(parts: Sequence[Value], i: int, buffers: dict[int, BufRef]
@@ -1394,7 +1399,8 @@ def _slice_pairs(a: Value, b: Value, buffers: dict[int, BufRef]
             continue
         seen.add((id(x), id(y)))
         if (id(x) in buffers or id(y) in buffers or x.op is not y.op or x.dtype != y.dtype
-                or x.shape != y.shape or len(x.srcs) != len(y.srcs)):
+                or x.shape != y.shape or len(x.srcs) != len(y.srcs)
+                or group(x.op) not in FOLDABLE_GROUPS):
             return None
         if x.op is Op.SLICE:
             if [kv for kv in x.attrs if kv[0] != "starts"] != \
