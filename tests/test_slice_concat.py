@@ -123,6 +123,28 @@ def _window(x: Var, axis: int, start: int, size: int) -> Var:
                    tuple(size if d == axis else n for d, n in enumerate(x.shape)))
 
 
+def _roll(x: Var, shift: int, axis: int) -> Var:
+    """``np.roll`` along ``axis``, as PyTorch decomposes ``torch.roll``: two slices
+    concatenated the other way round."""
+    n, s = x.shape[axis], shift % x.shape[axis]
+    tail = _window(x, axis, n - s, s)
+    return _cat(tail, _window(x, axis, 0, n - s), axis=axis)
+
+
+def _rolled_windows(x: Var, levels: int = 6) -> Var:
+    """Swin's shifted windows, ``levels`` times over: ``x [B, H, W, C]`` rolled along H
+    and W, partitioned into 2x2 windows and put back, all views and CONCATs rendered
+    into one kernel (whose reads still double with each CONCAT: every part is read for
+    every element; the CUDA C of six levels took NVRTC minutes, hence three in CASES)."""
+    bb, hh, ww, cc = x.shape
+    for i in range(levels):
+        x = _roll(_roll(x, 1 + i % 2, 1), 1, 2)
+        x = x.reshape(bb, hh // 2, 2, ww // 2, 2, cc).permute(0, 1, 3, 2, 4, 5)
+        x = x.reshape(bb * hh * ww // 4, 4, cc).reshape(bb, hh // 2, ww // 2, 2, 2, cc)
+        x = x.permute(0, 1, 3, 2, 4, 5).reshape(bb, hh, ww, cc)
+    return x * 2.0
+
+
 CASES: dict[str, tuple] = {
     "slice_rows_exp": (lambda x: _window(x, 0, 1, 2).exp(), [(4, 6)]),
     "slice_window_2d": (lambda x: x.slice((1, 2), (2, 3)) * 2.0, [(4, 6)]),
@@ -157,6 +179,7 @@ CASES: dict[str, tuple] = {
     "cat_broadcast_parts": (lambda x, y: _cat(x.expand((4, 3)), y, axis=1) * y.sum(),
                             [(1, 3), (4, 2)]),
     "cat_scalar_rows": (lambda x, y: _cat(x, y, axis=0), [(1,), (5,)]),
+    "rolled_windows": (lambda x: _rolled_windows(x, 3), [(2, 8, 8, 4)]),
 }
 
 
@@ -176,6 +199,23 @@ def test_cpu_matches_reference(name, dtype):
     ex.launch(p, ins, got)
     for g, w in zip(got, want, strict=True):
         assert_close(g, w, rtol=2e-6 if dtype == "f32" else 1e-12, atol=1e-6)
+
+
+def test_chained_concats_and_reshapes_name_their_index():
+    """Each CONCAT writes its index into every part's test and clamp, each reshape into
+    every coordinate it splits off: through a chain of them (``_rolled_windows``) the
+    index text grew ~4x per level, until a long index was named by a local
+    (``render_c.named_index``); torchvision's Swin-T backward rendered kernels of 148 MB
+    of C. The longest line stays short, the values the reference's."""
+    ex = _compiled_executor()
+    p = b.program(_rolled_windows, [("f32", (2, 8, 8, 4))])
+    ins = random_inputs([("f32", (2, 8, 8, 4))], seed=6)
+    src = ex.backend.compile(p).source
+    assert max(map(len, src.splitlines())) < 1000
+    (want,), _ = evaluate(p, ins)
+    got = np.empty(want.shape, np.float32)
+    ex.launch(p, ins, [got])
+    np.testing.assert_array_equal(got, want)
 
 
 def test_concat_reads_no_part_out_of_bounds():

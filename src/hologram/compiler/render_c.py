@@ -394,6 +394,29 @@ class CRenderer(IndexKernels):
         """One local's declaration (the dialect's syntax)."""
         return f"{self.ctype(d)} {name} = {code};"
 
+    def index_decl(self, name: str, code: str) -> str:
+        """An index local's declaration (the dialect's syntax and index type)."""
+        return f"const int64_t {name} = {code};"
+
+    def named_index(self, e: Expr, cur: Scope) -> Expr:
+        """``e`` as a local when its code is long: a CONCAT writes its index into every
+        part's test and clamp, a reshape into every coordinate it splits off, so a chain
+        of them repeated the text at each step. Torchvision's Swin-T backward (rolls and
+        window partitions of the gradient, block after block) rendered five kernels of
+        148 MB of C each; naming the index keeps each step's text its own size."""
+        if len(e.code) < INDEX_NAME_MIN or e.code.isidentifier():
+            return e
+        key = ("index", e.code)
+        hit = self.lookup(key, cur)
+        if hit is not None:
+            return hit
+        sc = self.scope_for(e.vars, cur)
+        name = self.fresh("ix")
+        sc.lines.append(self.index_decl(name, e.code))
+        out = Expr(name, e.vars)
+        sc.cache[key] = out
+        return out
+
     def lookup(self, key: tuple, cur: Scope) -> Expr | None:
         s: Scope | None = cur
         while s is not None:
@@ -481,8 +504,8 @@ class CRenderer(IndexKernels):
                 sub[p] = idx[d]
             return self.emit(v.srcs[0], tuple(sub), cur, flat)
         if v.op is Op.RESHAPE:
-            return self.emit(v.srcs[0], self.reshape_index(v.srcs[0].shape, v.shape, idx),
-                             cur, flat)
+            return self.emit(v.srcs[0], self.reshape_index(v.srcs[0].shape, v.shape, idx,
+                                                           cur), cur, flat)
         if v.op is Op.SLICE:  # a window: each axis's index moves by where it starts
             starts = self.slice_starts.get(id(v)) or v.attr("starts")
             sub = tuple(shift(e, s) for e, s in zip(idx, starts, strict=True))
@@ -508,7 +531,7 @@ class CRenderer(IndexKernels):
         index is clamped into the part: no read ever leaves its buffer."""
         axis = v.attr("axis")
         total = v.shape[axis]
-        e = idx[axis]
+        e = self.named_index(idx[axis], cur)
         parts, off = [], 0
         for p in v.srcs:
             if p.shape[axis]:
@@ -541,7 +564,7 @@ class CRenderer(IndexKernels):
         return Expr(code, e.vars)  # a name, or already parenthesised
 
     def reshape_index(self, src: tuple[int, ...], dst: tuple[int, ...],
-                      idx: tuple[Expr, ...]) -> tuple[Expr, ...]:
+                      idx: tuple[Expr, ...], cur: Scope | None = None) -> tuple[Expr, ...]:
         live = [(s, e) for s, e in zip(dst, idx, strict=True) if s != 1]
         if [s for s in src if s != 1] == [s for s, _ in live]:  # only size-1 dims moved
             it = iter(e for _, e in live)
@@ -555,6 +578,8 @@ class CRenderer(IndexKernels):
             # passes through keeps its loop variable (and its loop stays vectorisable).
             flat = self.offset(tuple(dst[d] for d in dj), tuple(idx[d] for d in dj))
             sizes = tuple(src[d] for d in si)
+            if cur is not None and sum(size != 1 for size in sizes) > 1:
+                flat = self.named_index(flat, cur)  # split into several coordinates
             total = math.prod(sizes)
             for d, size, st in zip(si, sizes, self.strides(sizes), strict=True):
                 if size == 1:
@@ -1347,6 +1372,10 @@ def unit_reshape_concat(v: Value, buffers: dict[int, BufRef]
     return x, to_v
 
 
+#: Index expressions this long or longer are named by a local before a CONCAT or a
+#: reshape repeats them (``CRenderer.named_index``); shorter ones stay inline, as every
+#: kernel of the benchmark models has them.
+INDEX_NAME_MIN = 160
 #: Fewest consecutive CONCAT parts folded into one loop over a table (folded_parts).
 FOLD_MIN_PARTS = 4
 #: What a folded part may compute: values rendered in place, where the part's loops

@@ -791,6 +791,9 @@ class WGSLRenderer(GPURenderer):
     def declare(self, name: str, d: DType, code: str) -> str:
         return f"let {name}: {self.ctype(d)} = {code};"
 
+    def index_decl(self, name: str, code: str) -> str:
+        return f"let {name}: i32 = {code};"
+
     def _emit(self, v: Value, idx: tuple[Expr, ...], cur: Scope, flat: bool,
               key: tuple) -> Expr:
         """Loads and element-wise ops in WGSL; movement and reductions as in C."""
