@@ -488,6 +488,13 @@ def test_webgpu_matches_reference():
             wg.launch(p, ins, got)
             for g, w in zip(got, want, strict=True):
                 wg_close(g, w, rtol=2e-5, atol=1e-5)
+        # four levels of rolled windows name long indices (WGSL's ``let ix: i32``)
+        p = b.program(lambda x: _rolled_windows(x, 4), [("f32", (2, 8, 8, 4))])
+        assert "let ix" in wg.backend.compile(p).wgsl.source
+        ins = random_inputs([("f32", (2, 8, 8, 4))], seed=4)
+        got = np.empty((2, 8, 8, 4), np.float32)
+        wg.launch(p, ins, [got])
+        np.testing.assert_array_equal(got, evaluate(p, ins)[0][0])
         rng = np.random.default_rng(4)
         x = rng.standard_normal((5, 6)).astype(np.float32)
         w = rng.standard_normal((6, 24)).astype(np.float32)
