@@ -314,6 +314,22 @@ def test_a_fold_after_the_same_part_rendered_plainly_reads_its_own_starts():
     np.testing.assert_array_equal(got, x[:, :, [0, 0, 1, 2, 3, 4]] * 2)
 
 
+def _in_unit_loops(p: Program, ins: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(the compiled CPU kernels' one result, the reference's), the parallel threshold
+    lowered so that small shapes render each CONCAT part's loops inside one loop over
+    the units, as a big CONCAT gets them (where parts fold)."""
+    from unittest import mock
+
+    from hologram.compiler import render_c
+
+    (want,), _ = evaluate(p, ins)
+    got = np.empty(want.shape, want.dtype)
+    with mock.patch.object(render_c, "PARALLEL_MIN_WORK", 1), \
+            mock.patch.object(render_c, "PARALLEL_MIN_WORK_MATH", 1):
+        _compiled_executor().launch(p, ins, [got])
+    return got, want
+
+
 @pytest.mark.parametrize("units", [1, 32])
 def test_parts_that_reduce_their_windows_are_not_folded(units):
     """A depthwise convolution's weight gradient as its backward builds it: one column
@@ -323,11 +339,6 @@ def test_parts_that_reduce_their_windows_are_not_folded(units):
     part's stores (in the unit's scope, outside a fold's loop over its table): folded,
     the reductions read the table's ``tap`` where it is not declared, and the C did not
     compile (torchvision's ConvNeXt-T training step)."""
-    from unittest import mock
-
-    from hologram.compiler import render_c
-
-    ex = _compiled_executor()
     grid = [(dy, dx) for dy in range(3) for dx in range(3)]
 
     def fn(x: Var, g: Var) -> Var:
@@ -339,12 +350,8 @@ def test_parts_that_reduce_their_windows_are_not_folded(units):
     shape, gshape = (2, units, 6, 6), (2, units, 4, 4)
     p = b.program(fn, [("f32", shape), ("f32", gshape)])
     rng = np.random.default_rng(5)
-    x, g = (rng.standard_normal(s).astype(np.float32) for s in (shape, gshape))
-    (want,), _ = evaluate(p, [x, g])
-    got = np.empty(want.shape, np.float32)
-    with mock.patch.object(render_c, "PARALLEL_MIN_WORK", 1), \
-            mock.patch.object(render_c, "PARALLEL_MIN_WORK_MATH", 1):
-        ex.launch(p, [x, g], [got])
+    got, want = _in_unit_loops(p, [rng.standard_normal(s).astype(np.float32)
+                                   for s in (shape, gshape)])
     assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -357,11 +364,6 @@ def test_random_runs_of_windows_match_the_reference(data):
     threshold lowered so small shapes do too): the compiled CPU kernels, folded
     (``render_c.folded_parts``) or not, against the reference. Fails with the fold's
     table rows out of order."""
-    from unittest import mock
-
-    from hologram.compiler import render_c
-
-    ex = _compiled_executor()
     lead = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
     hh, ww = data.draw(st.integers(2, 7)), data.draw(st.integers(2, 7))
     h, w = data.draw(st.integers(1, hh)), data.draw(st.integers(1, ww))
@@ -382,11 +384,7 @@ def test_random_runs_of_windows_match_the_reference(data):
 
     p = b.program(fn, [("f32", (*lead, hh, ww))])
     x = np.random.default_rng(n).standard_normal((*lead, hh, ww)).astype(np.float32)
-    (want,), _ = evaluate(p, [x])
-    got = np.empty(want.shape, np.float32)
-    with mock.patch.object(render_c, "PARALLEL_MIN_WORK", 1), \
-            mock.patch.object(render_c, "PARALLEL_MIN_WORK_MATH", 1):
-        ex.launch(p, [x], [got])
+    got, want = _in_unit_loops(p, [x])
     assert_close(got, want, rtol=1e-6, atol=0)
 
 
