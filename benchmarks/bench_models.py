@@ -329,8 +329,10 @@ def _training_rows(rep: Report, repeat: int, title: str,
     torch._dynamo.reset()
 
 
-def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
-    """A GPT-2 124M training step: forward with labels, backward, AdamW."""
+def training_table(rep: Report, repeat: int, batch: int = 2, dropout: float = 0.0) -> None:
+    """A GPT-2 124M training step: forward with labels, backward, AdamW. Every dropout
+    at ``dropout`` (the config's default is 0.1; with dropout, each backend draws its own
+    masks, so the loss column differs from eager's by the draw)."""
     import torch
 
     ids = build("gpt2")[1](batch)["input_ids"]
@@ -338,10 +340,11 @@ def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
     def make_step(backend: str) -> Callable[[], Any]:
         model, _ = build("gpt2")
         model.train()
-        model.config.attn_pdrop = model.config.resid_pdrop = model.config.embd_pdrop = 0.0
+        model.config.attn_pdrop = model.config.resid_pdrop = dropout
+        model.config.embd_pdrop = dropout
         for m in model.modules():
             if isinstance(m, torch.nn.Dropout):
-                m.p = 0.0
+                m.p = dropout
         fn = compiled(model, backend)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -354,7 +357,8 @@ def training_table(rep: Report, repeat: int, batch: int = 2) -> None:
         return step
 
     _training_rows(rep, repeat, f"gpt2 training step (forward, backward, AdamW), batch "
-                   f"{batch}, seq {SEQ}", make_step)
+                   f"{batch}, seq {SEQ}" + (f", dropout {dropout}" if dropout else ""),
+                   make_step)
 
 
 def cnn_training_data(name: str, batch: int, size: int) -> tuple[Any, Any]:
@@ -488,6 +492,8 @@ def main() -> None:
     p.add_argument("--cnn", action="store_true",
                    help=f"the CNN rows ({', '.join(CNNS)}; a ResNet-18 training step) "
                         "instead of the transformers'; no GEMM table")
+    p.add_argument("--train-dropout", type=float, default=0.0,
+                   help="dropout of the GPT-2 training step (the config's default is 0.1)")
     p.add_argument("--train-size", type=int, default=112,
                    help="image size of the ResNet-18 training step (--cnn)")
     p.add_argument("--backends", default=",".join(BACKENDS),
@@ -531,7 +537,7 @@ def main() -> None:
         if args.cnn:
             cnn_training_table(rep, repeat, size=args.train_size)
         else:
-            training_table(rep, repeat)
+            training_table(rep, repeat, dropout=args.train_dropout)
     if not args.no_gemm and not args.cnn:
         gemm_table(rep, repeat)
     rep.finish(args)

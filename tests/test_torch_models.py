@@ -97,6 +97,36 @@ def test_gpt2_training_step_runs_wholly_in_hologram():
     assert _ran_in_pytorch(graphs) == []
 
 
+def test_gpt2_training_with_dropout_runs_wholly_in_hologram():
+    """GPT-2's default dropouts (embeddings, residuals, attention) in training: every op
+    in programs, hologram's own draws (so the loss is near eager's, not equal), a fresh
+    draw per call, and ``torch.manual_seed`` repeats a step."""
+    from hologram_torch.compile_backend import collect_graphs
+
+    torch._dynamo.reset()
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=96,
+                                  n_positions=32, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(cfg).train()
+    assert cfg.resid_pdrop == cfg.embd_pdrop == cfg.attn_pdrop == 0.1
+    ids = torch.randint(0, 96, (2, 16), generator=torch.Generator().manual_seed(1))
+    f = torch.compile(model, backend="hologram")
+    with collect_graphs() as graphs:
+        loss = f(input_ids=ids, labels=ids).loss
+        loss.backward()
+    assert _ran_in_pytorch(graphs) == []
+    assert any("aten.native_dropout" in r.aten_ops for g in graphs for r in g.regions)
+    eager = model(input_ids=ids, labels=ids).loss
+    torch.testing.assert_close(loss, eager, rtol=0.02, atol=0)
+    with torch.no_grad():
+        torch.manual_seed(3)
+        a = f(input_ids=ids, labels=ids).loss
+        b = f(input_ids=ids, labels=ids).loss
+        torch.manual_seed(3)
+        torch.testing.assert_close(f(input_ids=ids, labels=ids).loss, a, rtol=0, atol=0)
+    assert a != b
+
+
 def _small_models() -> dict:
     """The five model families of issue 17 at small configs: (model, inputs(batch))."""
     tf = transformers

@@ -31,6 +31,7 @@ from .memory.output_cache import output_cache
 from .npjit.dtypes import NAMES as TRACEABLE_NAMES
 from .npjit.dtypes import TRACEABLE
 from .npjit.guards import Guard
+from .npjit.random import SEED_SLOT, draw_seed
 from .npjit.traced import trace
 
 
@@ -139,8 +140,9 @@ class JitFunction:
                     guard.watch_contents(baked)
                     outs = [(d.np_dtype, s) for d, s in p.output_specs]
                     sig = self._signatures[key] = _Signature(p, outs, hidden, guard)
-        if sig.hidden:
-            arrays += [_as_array(h, len(arrays) + i) for i, h in enumerate(sig.hidden)]
+        if sig.hidden:  # captured arrays, and a fresh seed where the trace drew numbers
+            arrays += [draw_seed() if h is SEED_SLOT else _as_array(h, len(arrays) + i)
+                       for i, h in enumerate(sig.hidden)]
         return sig, arrays
 
     def program_for(self, *args: Any) -> tuple[Program, list[np.ndarray]]:

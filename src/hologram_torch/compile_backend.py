@@ -103,6 +103,8 @@ BACKEND_NAME = "hologram"
 # GEMMs whose matrix products are up to this many multiply-adds each run with one
 # BLAS thread (see _BlasThreads).
 SMALL_GEMM_MACS = 1 << 22
+# Seeds are drawn below this (an int32's non-negative range).
+SEED_RANGE = (1 << 31) - 1
 
 
 # --------------------------------------------------------------------------------------
@@ -124,6 +126,9 @@ class _Input:
     # the graph value whose tensor ``derive`` (a one-input program) turns into it.
     derived_from: torch.fx.Node | None = None
     derive: Program | None = None
+    # A seed (``_Region.random_key``): ``node`` is its SeedKey; the runner puts a fresh
+    # draw from torch's default generator in the env before every launch.
+    seed: bool = False
 
 
 def _stored_dtypes(backend: Any) -> dict[torch.dtype, DType]:
@@ -174,6 +179,7 @@ class _Region:
         self.update_nodes: dict[int, torch.fx.Node] = {}
         # Values computed from one input alone may be derived inputs (_Plan decides).
         self.derives = False
+        self.streams = 0  # random streams handed out (random_key)
 
     def load(self, node: torch.fx.Node, info: TInfo) -> Var:
         v = self._by_node.get(node)
@@ -226,6 +232,18 @@ class _Region:
         out = Var(ldg(len(self.inputs) - 1, isa, shape))
         self._by_node[memo] = out
         return out
+
+    def random_key(self) -> tuple[Var, int]:
+        """(the region's seed, a stream of the asking node's own): one seed input per
+        program, drawn at every call (``_region_runner``), and a stream number per
+        random node, so two dropouts of one program draw different numbers."""
+        seed = self._by_node.get(SeedKey)
+        if seed is None:
+            self.inputs.append(_Input(SeedKey(f"seed{self.number}"), dtypes.i32, (), seed=True))
+            seed = Var(ldg(len(self.inputs) - 1, dtypes.i32, ()))
+            self._by_node[SeedKey] = seed
+        self.streams += 1
+        return seed, self.streams - 1
 
     def snapshot(self) -> tuple[int, dict]:
         return len(self.inputs), dict(self._by_node)
@@ -559,7 +577,7 @@ class _Plan:
 
             args = [arg(a) for a in node.args]
             kwargs = {k: arg(v) for k, v in node.kwargs.items()}
-            result = row(Ctx(node, out, region.derive), *args, **kwargs)
+            result = row(Ctx(node, out, region.derive, region.random_key), *args, **kwargs)
             self._check_result(node, result, out)
         except BaseException:
             region.rollback(snap)
@@ -885,6 +903,18 @@ def _physical_order(node: torch.fx.Node) -> tuple[int, ...] | None:
     return dense_order(shape, strides)
 
 
+class SeedKey(DerivedKey):
+    """The env key of a program's seed input (``_Region.random_key``)."""
+
+    __slots__ = ()
+
+
+def draw_seed() -> torch.Tensor:
+    """A seed for one launch: a 0-d int32 from torch's default generator, so
+    ``torch.manual_seed`` makes a compiled model's random ops repeat, as eager's do."""
+    return torch.randint(SEED_RANGE, (), dtype=torch.int32)
+
+
 def _host_array(t: torch.Tensor, spec: _Input) -> np.ndarray:
     """The NumPy view (or contiguous copy) of a tensor a program reads.
 
@@ -1042,6 +1072,7 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
         ex, s.derive, functools.partial(_host_array, spec=_Input(
             s.derived_from, *s.derive.inputs[0]))))
         for s in in_specs if s.derive is not None and s.derived_from is not None]
+    seeds = [s.node for s in in_specs if s.seed]
     # Bool results leave a program as f32 and integer ones as f64 (the executor's
     # dtypes); PyTorch converts them back, exactly.
     outs = [(n, r.layouts[k].stored_shape if k in r.layouts else info.shape, info.dtype,
@@ -1163,6 +1194,8 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
             env[n] = None
         for key, source, d in derived:
             env[key] = d.value(env[source])
+        for key in seeds:
+            env[key] = draw_seed()
 
     def host_results(env: dict[torch.fx.Node, Any]) -> list[torch.Tensor]:
         if into:
@@ -1188,6 +1221,9 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
     def run_on_cuda(env: dict[torch.fx.Node, Any]) -> None:
         inputs_ready(env)
         device = cuda_tensors.cuda_device(env[s.node] for s in in_specs)
+        if device is not None:
+            for key in seeds:  # drawn on the host: the program reads it on the device
+                env[key] = env[key].to(device)
         if device is not None:  # written by the kernels through DLPack, never in place
             results = [cuda_tensors.empty(shape, carrier, device)
                        for _, shape, _, carrier in outs]

@@ -549,12 +549,19 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
     narrowed = _narrowed(program, users)
     into_concats = _only_into_concats(program, users)
     one_loop = _only_elementwise_to_outputs(program, users)
+    rejoin = _rejoining(program, users)
     chosen: set[int] = set()
     for v in program.instructions:
         if v.op is Op.STG:
             continue
         if id(v) in one_loop:  # its readers, all in one_loop too, end in one loop
             continue           # (merge_siblings): nothing reads its leaves or work
+        if id(v) in rejoin:  # computed once where its readers meet: one reader
+            srcs = list({id(s): s for s in v.srcs}.values())
+            leaves[id(v)] = frozenset().union(*(leaves.get(id(s), frozenset()) for s in srcs))
+            work[id(v)] = min(_WORK_CAP, 1 + sum(
+                work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
+            continue
         if group(v.op) not in _INLINED or id(v) in forced or id(v) in stored:
             leaves[id(v)] = frozenset([v])
             continue
@@ -578,6 +585,34 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
         leaves[id(v)] = deps
         work[id(v)] = w
     return chosen
+
+
+def _rejoining(program: Program, users: dict[int, list[Value]]) -> set[int]:
+    """Element-wise values whose readers, all element-wise over the value's own shape,
+    meet again in one expression before anything else reads them: ``x ^ (x >> 16)``,
+    ``x * sigmoid(x)``. The kernel that computes the meeting point computes such a
+    value once per element (the renderer names each value once), so to the sharing
+    rules its readers are one reader. A counter-based hash is a chain of these
+    (``hologram.ops.random_bits``): counted as two readers each, its rounds were
+    stored one kernel after another, 5 kernels and 3 temporaries for one dropout.
+
+    Each value's *end* is where the chain of its single element-wise readers stops (a
+    value met this way ends where its readers do); a value whose readers all end at
+    one value rejoins."""
+    end: dict[int, int] = {}
+    rejoin: set[int] = set()
+    for v in reversed(program.instructions):
+        rs = list({id(u): u for u in users.get(id(v), [])}.values())
+        inline = bool(rs) and group(v.op) in ELEMENTWISE and all(
+            group(u.op) in ELEMENTWISE and u.shape == v.shape for u in rs)
+        ends = {end.get(id(u), id(u)) for u in rs} if inline else set()
+        if inline and len(ends) == 1:
+            end[id(v)] = ends.pop()
+            if len(rs) >= 2:
+                rejoin.add(id(v))
+        else:
+            end[id(v)] = id(v)
+    return rejoin
 
 
 def _only_elementwise_to_outputs(program: Program, users: dict[int, list[Value]]

@@ -25,11 +25,13 @@ from typing import Any
 import numpy as np
 
 from ..isa import builder as B
+from ..isa import dtypes
 from ..isa.builder import Var
 from ..isa.dtypes import DType
 from ..isa.value import Value
 from .dtypes import TRACEABLE, to_isa
 from .errors import unsupported
+from .random import SEED_SLOT
 
 #: Captured arrays of at most this many elements are constants of the program; larger
 #: ones are hidden inputs. A non-uniform constant array is a CONCAT of its elements,
@@ -82,6 +84,15 @@ class Trace:
         self.arrays: list[np.ndarray] = []  # hidden inputs, in input order
         self.baked: list[Baked] = []  # arrays baked in as constants
         self._by_id: dict[int, tuple[np.ndarray, Value]] = {}
+        self._seed: Value | None = None
+
+    def seed(self) -> Var:
+        """The trace's seed (``npjit.random``): a 0-d int32 input after the hidden
+        arrays met so far, its slot marked by ``SEED_SLOT`` (the jit draws it per call)."""
+        if self._seed is None:
+            self._seed = B.ldg(self.first_index + len(self.arrays), dtypes.i32, ())
+            self.arrays.append(SEED_SLOT)
+        return Var(self._seed)
 
     def capture(self, a: np.ndarray, func: str, arg: str) -> Value:
         """Captured array ``a`` as a value (one per array object): its constants when

@@ -25,6 +25,7 @@ from . import functions, indexing, ufuncs
 from .dtypes import to_numpy
 from .errors import NumpyUnsupportedError, unsupported
 from .lift import Baked, Trace, tracing, value
+from .random import drawing
 
 
 def wrap(r: Any) -> Any:
@@ -361,7 +362,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[tuple[DType, tuple[int, ...]]]
     it reads as hidden inputs (after the arguments, in order) and those it baked in as
     constants (with their contents then: the trace holds while they do)."""
     args = [Traced(B.ldg(i, d, s), view=ARG) for i, (d, s) in enumerate(specs)]
-    with tracing(len(specs)) as t:
+    with tracing(len(specs)) as t, drawing(t.seed):
         result = fn(*args)
         outs = result if isinstance(result, (tuple, list)) else (result,)
         stores = [B.stg(_output(o, i, t), i) for i, o in enumerate(outs)]

@@ -31,6 +31,8 @@ module                    ops
 ``distance``              cdist (forward and backward: a fused reduction per pair of rows)
 ``segments``              segment_reduce and its backward (combining SCATTERs into segments)
 ``losses``                MSE, binary cross-entropy, NLL
+``random``                native_dropout, bernoulli, rand/randn (and _like), uniform,
+                          normal: hologram's counter-based generator, seeded per call
 ``checks``                metadata checks that compute nothing (_assert_tensor_metadata)
 ========================  ===============================================================
 
@@ -66,6 +68,7 @@ from . import (
     movement,
     norms,
     pooling,
+    random,
     reductions,
     segments,
     sorting,
@@ -90,7 +93,7 @@ __all__ = [
 aten = torch.ops.aten
 
 FAMILIES = (elementwise, reductions, norms, linalg, attention, convolution, movement, creation,
-            losses, checks, index, diagonal, sorting, distance, segments, pooling)
+            losses, checks, index, diagonal, sorting, distance, segments, pooling, random)
 
 
 def _assemble() -> dict[Any, Callable[..., Any]]:

@@ -33,6 +33,11 @@ def inline(v: Var, name: str, fn: Callable[[Var], Var]) -> Var:
     return fn(v)
 
 
+def no_seed() -> tuple[Var, int]:
+    """``Ctx.random_key`` where no backend draws seeds: random ops run in PyTorch."""
+    raise Unsupported("random numbers need a seed the backend draws at every call")
+
+
 class Ctx:
     """What a translation function may ask about the node it translates.
 
@@ -40,13 +45,19 @@ class Ctx:
     backend may compute apart and keep across calls while ``v``'s tensor is unchanged
     (a Winograd convolution's transformed weight); ``name`` tells apart two such
     values of one tensor. The backend passes it; by default it is computed inline.
+
+    ``random_key()`` is (seed, stream) for a random op: a 0-d integer program input the
+    backend draws afresh at every call, and a stream number no other node of the
+    program has (``hologram.ops.random_bits`` draws from the pair).
     """
 
     def __init__(self, node: torch.fx.Node, out: Any,
-                 derive: Callable[[Var, str, Callable[[Var], Var]], Var] = inline) -> None:
+                 derive: Callable[[Var, str, Callable[[Var], Var]], Var] = inline,
+                 random_key: Callable[[], tuple[Var, int]] = no_seed) -> None:
         self.node = node
         self.out = out
         self.derive = derive
+        self.random_key = random_key
 
     @property
     def out_dtype(self) -> DType:

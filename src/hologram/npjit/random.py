@@ -1,0 +1,222 @@
+"""``np.random`` inside ``@hg.jit``: draws traced into the program, fresh at every call.
+
+NumPy's random functions take no traced argument, so without this they ran at trace
+time and their numbers were baked into the program: every call returned the same
+"random" values. While a thread traces, the legacy ``np.random`` functions listed in
+``TRACED`` draw from hologram's counter-based generator (``hologram.ops.random_bits``)
+instead, keyed by a seed the jit draws from NumPy's global state before every call (so
+``np.random.seed`` repeats a run; the numbers are not NumPy's, only their
+distributions) and a stream per call site. Every other drawing function of
+``np.random`` raises a clear error in a tracing thread rather than bake its numbers.
+Threads that are not tracing call NumPy's own functions (the patch checks a
+thread-local), and the patch is installed only while some thread traces.
+
+A ``numpy.random.Generator`` (``default_rng``) cannot be intercepted (its methods are
+a C type's): its draws in a traced function are made once, at trace time; the README
+says so.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..isa import dtypes
+from ..isa.builder import Var
+from ..ops import random_bits
+from .errors import unsupported
+
+#: The seed slot a trace's program reads (identity marks it among the hidden inputs):
+#: the jit puts a fresh draw there at every call (:func:`draw_seed`).
+SEED_SLOT = np.zeros((), np.int32)
+#: Seeds are drawn below this (an int32's non-negative range).
+SEED_RANGE = (1 << 31) - 1
+
+_real: dict[str, Callable[..., Any]] = {}
+_installed = 0
+_lock = threading.Lock()
+_state = threading.local()
+
+
+def draw_seed() -> np.ndarray:
+    """A call's seed, from NumPy's global state (NumPy's own randint, never a patch)."""
+    randint = _real.get("randint", np.random.randint)
+    return np.array(randint(0, SEED_RANGE), dtype=np.int32)
+
+
+def _size(size: Any, func: str) -> tuple[int, ...]:
+    if size is None:
+        return ()
+    if isinstance(size, (int, np.integer)):
+        size = (size,)
+    if not isinstance(size, (tuple, list)) or not all(
+            isinstance(s, (int, np.integer)) for s in size):
+        raise unsupported(f"random.{func}", "size", f"expected an int or a tuple of ints, "
+                          f"got {size!r}")
+    shape = tuple(int(s) for s in size)
+    if any(s < 0 for s in shape):
+        raise unsupported(f"random.{func}", "size", f"negative dimensions {list(shape)}")
+    return shape
+
+
+class _Draws:
+    """The draws of the trace in progress on this thread: its seed and next stream."""
+
+    def __init__(self, seed: Callable[[], Var]) -> None:
+        self.seed_of = seed
+        self.stream = 0
+
+    def key(self) -> tuple[Var, int]:
+        self.stream += 1
+        return self.seed_of(), self.stream - 1
+
+
+def _draws() -> _Draws | None:
+    return getattr(_state, "draws", None)
+
+
+def _uniform01(func: str, shape: tuple[int, ...]) -> Var:
+    d = _draws()
+    assert d is not None
+    seed, stream = d.key()
+    try:
+        return random_bits.uniform(seed, shape, dtypes.f64, stream)
+    except ValueError as e:
+        raise unsupported(f"random.{func}", "size", str(e)) from None
+
+
+def _normal01(func: str, shape: tuple[int, ...]) -> Var:
+    d = _draws()
+    assert d is not None
+    seed, stream = d.key()
+    try:
+        return random_bits.normal(seed, shape, dtypes.f64, stream)
+    except ValueError as e:
+        raise unsupported(f"random.{func}", "size", str(e)) from None
+
+
+def _param(x: Any, func: str, arg: str) -> tuple[Var, tuple[int, ...]]:
+    """A location or scale: a number, an array or a traced value, as an f64 Var."""
+    from .lift import value
+    from .traced import wrap
+
+    v = wrap(value(x, f"random.{func}", arg, np.dtype(np.float64)))
+    return v, tuple(v.shape)
+
+
+def _affine(func: str, base: Callable[[str, tuple[int, ...]], Var], a: Any, b: Any,
+            size: Any, names: tuple[str, str], scale_of: Callable[[Var, Var], Var]) -> Any:
+    """``a + scale_of(a, b) * base``, with NumPy's rule for the result's shape: ``size``
+    when given, else the parameters' broadcast shape."""
+    from ..isa.builder import broadcast_shape
+    from .traced import wrap
+
+    pa, sa = _param(a, func, names[0])
+    pb, sb = _param(b, func, names[1])
+    shape = _size(size, func) if size is not None else broadcast_shape(sa, sb)
+    try:
+        holds = broadcast_shape(shape, sa, sb) == shape
+    except ShapeError:
+        holds = False
+    if not holds:
+        raise unsupported(f"random.{func}", "size", f"{list(shape)} does not hold the "
+                          f"parameters' shapes {list(sa)} and {list(sb)}")
+    return wrap(pa + scale_of(pa, pb) * base(func, shape))
+
+
+def _random(size: Any = None) -> Any:
+    from .traced import wrap
+    return wrap(_uniform01("random", _size(size, "random")))
+
+
+def _rand(*dims: int) -> Any:
+    from .traced import wrap
+    return wrap(_uniform01("rand", _size(dims, "rand")))
+
+
+def _randn(*dims: int) -> Any:
+    from .traced import wrap
+    return wrap(_normal01("randn", _size(dims, "randn")))
+
+
+def _standard_normal(size: Any = None) -> Any:
+    from .traced import wrap
+    return wrap(_normal01("standard_normal", _size(size, "standard_normal")))
+
+
+def _uniform(low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
+    return _affine("uniform", _uniform01, low, high, size, ("low", "high"),
+                   lambda lo, hi: hi - lo)
+
+
+def _normal(loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
+    return _affine("normal", _normal01, loc, scale, size, ("loc", "scale"),
+                   lambda _loc, sc: sc)
+
+
+#: np.random's legacy functions drawn in the program while a thread traces.
+TRACED: dict[str, Callable[..., Any]] = {
+    "random": _random, "random_sample": _random, "sample": _random, "ranf": _random,
+    "rand": _rand, "randn": _randn, "standard_normal": _standard_normal,
+    "uniform": _uniform, "normal": _normal,
+}
+#: The other drawing functions: an error in a tracing thread (their numbers would be
+#: drawn once, at trace time, and repeat at every call).
+REFUSED = ("beta", "binomial", "bytes", "chisquare", "choice", "dirichlet", "exponential",
+           "f", "gamma", "geometric", "gumbel", "hypergeometric", "laplace", "logistic",
+           "lognormal", "logseries", "multinomial", "multivariate_normal",
+           "negative_binomial", "noncentral_chisquare", "noncentral_f", "pareto",
+           "permutation", "poisson", "power", "randint", "random_integers", "rayleigh",
+           "shuffle", "standard_cauchy", "standard_exponential", "standard_gamma",
+           "standard_t", "triangular", "vonmises", "wald", "weibull", "zipf")
+
+
+def _patched(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+    traced = TRACED.get(name)
+
+    def fn(*args: Any, **kwargs: Any) -> Any:
+        if _draws() is None:  # this thread is not tracing: NumPy's own
+            return real(*args, **kwargs)
+        if traced is None:
+            raise unsupported(f"random.{name}", "call", "not traced: its numbers would be "
+                              "drawn once, at trace time, and repeat at every call (traced: "
+                              f"{', '.join(sorted(TRACED))}); draw outside @hg.jit and pass "
+                              "the array in")
+        return traced(*args, **kwargs)
+    fn.__name__ = name
+    fn.__doc__ = real.__doc__
+    return fn
+
+
+@contextmanager
+def drawing(seed: Callable[[], Var]) -> Iterator[_Draws]:
+    """np.random's functions draw into this thread's trace (``seed()``: the trace's
+    seed value, an input made on first use) while the block runs."""
+    global _installed
+    with _lock:
+        if _installed == 0:
+            for name in (*TRACED, *REFUSED):
+                real = getattr(np.random, name, None)
+                if real is not None:
+                    _real[name] = real
+                    setattr(np.random, name, _patched(name, real))
+        _installed += 1
+    outer = _draws()
+    _state.draws = d = _Draws(seed)
+    try:
+        yield d
+    finally:
+        _state.draws = outer
+        with _lock:
+            _installed -= 1
+            if _installed == 0:
+                for name, real in _real.items():
+                    setattr(np.random, name, real)
+
+
+__all__ = ["REFUSED", "SEED_SLOT", "TRACED", "draw_seed", "drawing"]
