@@ -23,7 +23,7 @@ sys.path.insert(0, HERE)
 from common import cpu_busy, cpu_jiffies, markdown_table, render_env  # noqa: E402
 
 BENCHMARKS = ["gelu", "small_op", "softmax_layernorm", "exp", "gemm", "compile", "reduction",
-              "numpy", "torch_train", "attention", "busy", "models", "webgpu"]
+              "numpy", "random", "torch_train", "attention", "busy", "models", "webgpu"]
 TIMEOUT_S = 900
 # Five transformer models through four backends, each compiled cold (Inductor alone
 # takes minutes): longer than the others.

@@ -50,6 +50,7 @@ from hologram.isa.opcodes import Op
 from hologram.isa.program import Program
 from hologram.isa.value import Value, contiguous_strides
 from hologram.memory.address import data_pointer
+from hologram.ops import random_bits
 
 from . import cuda_tensors
 from .derived_inputs import DerivedInput, DerivedKey
@@ -103,8 +104,6 @@ BACKEND_NAME = "hologram"
 # GEMMs whose matrix products are up to this many multiply-adds each run with one
 # BLAS thread (see _BlasThreads).
 SMALL_GEMM_MACS = 1 << 22
-# Seeds are drawn below this (an int32's non-negative range).
-SEED_RANGE = (1 << 31) - 1
 
 
 # --------------------------------------------------------------------------------------
@@ -912,7 +911,7 @@ class SeedKey(DerivedKey):
 def draw_seed() -> torch.Tensor:
     """A seed for one launch: a 0-d int32 from torch's default generator, so
     ``torch.manual_seed`` makes a compiled model's random ops repeat, as eager's do."""
-    return torch.randint(SEED_RANGE, (), dtype=torch.int32)
+    return torch.randint(random_bits.SEED_RANGE, (), dtype=torch.int32)
 
 
 def _host_array(t: torch.Tensor, spec: _Input) -> np.ndarray:

@@ -594,7 +594,8 @@ def _rejoining(program: Program, users: dict[int, list[Value]]) -> set[int]:
     value once per element (the renderer names each value once), so to the sharing
     rules its readers are one reader. A counter-based hash is a chain of these
     (``hologram.ops.random_bits``): counted as two readers each, its rounds were
-    stored one kernel after another, 5 kernels and 3 temporaries for one dropout.
+    stored one kernel after another: a dropout read by a row sum took 4 kernels and
+    2 temporaries (now 2 kernels, none).
 
     Each value's *end* is where the chain of its single element-wise readers stops (a
     value met this way ends where its readers do); a value whose readers all end at

@@ -34,8 +34,6 @@ from .errors import unsupported
 #: The seed slot a trace's program reads (identity marks it among the hidden inputs):
 #: the jit puts a fresh draw there at every call (:func:`draw_seed`).
 SEED_SLOT = np.zeros((), np.int32)
-#: Seeds are drawn below this (an int32's non-negative range).
-SEED_RANGE = (1 << 31) - 1
 
 _real: dict[str, Callable[..., Any]] = {}
 _installed = 0
@@ -46,7 +44,7 @@ _state = threading.local()
 def draw_seed() -> np.ndarray:
     """A call's seed, from NumPy's global state (NumPy's own randint, never a patch)."""
     randint = _real.get("randint", np.random.randint)
-    return np.array(randint(0, SEED_RANGE), dtype=np.int32)
+    return np.array(randint(0, random_bits.SEED_RANGE), dtype=np.int32)
 
 
 def _size(size: Any, func: str) -> tuple[int, ...]:
@@ -80,24 +78,22 @@ def _draws() -> _Draws | None:
     return getattr(_state, "draws", None)
 
 
-def _uniform01(func: str, shape: tuple[int, ...]) -> Var:
-    d = _draws()
-    assert d is not None
-    seed, stream = d.key()
-    try:
-        return random_bits.uniform(seed, shape, dtypes.f64, stream)
-    except ValueError as e:
-        raise unsupported(f"random.{func}", "size", str(e)) from None
+def _drawer(draw: Callable[..., Var]) -> Callable[[str, tuple[int, ...]], Var]:
+    """``draw`` (random_bits.uniform or .normal) in float64 on the next stream of this
+    thread's trace; ``func`` names the NumPy function in errors."""
+    def fn(func: str, shape: tuple[int, ...]) -> Var:
+        d = _draws()
+        assert d is not None
+        seed, stream = d.key()
+        try:
+            return draw(seed, shape, dtypes.f64, stream)
+        except ValueError as e:
+            raise unsupported(f"random.{func}", "size", str(e)) from None
+    return fn
 
 
-def _normal01(func: str, shape: tuple[int, ...]) -> Var:
-    d = _draws()
-    assert d is not None
-    seed, stream = d.key()
-    try:
-        return random_bits.normal(seed, shape, dtypes.f64, stream)
-    except ValueError as e:
-        raise unsupported(f"random.{func}", "size", str(e)) from None
+_uniform01 = _drawer(random_bits.uniform)
+_normal01 = _drawer(random_bits.normal)
 
 
 def _param(x: Any, func: str, arg: str) -> tuple[Var, tuple[int, ...]]:

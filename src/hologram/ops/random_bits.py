@@ -42,6 +42,9 @@ MIX_SHIFT = (16, 15, 15)
 UNIFORM_BITS: dict[str, int] = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
 #: The most elements one draw may number (positions are u32 counters).
 MAX_ELEMENTS = 1 << 32
+#: Seeds are drawn below this: an int32's non-negative range, so a seed is an i32
+#: input on every backend (WGSL has no 64-bit integers).
+SEED_RANGE = (1 << 31) - 1
 
 
 def mix(x: Var) -> Var:
