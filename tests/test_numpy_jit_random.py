@@ -126,3 +126,28 @@ def test_other_threads_draw_numpys_own_numbers_during_a_trace():
         t.join()
     assert isinstance(got[0], np.ndarray) and got[0].shape == (3,)
     assert np.random.rand is np.random.mtrand.rand
+
+
+RNG = np.random.default_rng(0)
+
+
+def test_a_generator_that_draws_while_tracing_is_an_error():
+    """A Generator's (or RandomState's) methods cannot be traced: one read from a global
+    or a closure that draws during the trace fails the trace, naming it, instead of
+    baking numbers that would repeat at every call."""
+    with pytest.raises(NumpyUnsupportedError, match="np.random.Generator: RNG: drew while"):
+        hg.jit(lambda x: x + RNG.random(x.shape))(np.zeros(4))
+    rs = np.random.RandomState(1)
+    with pytest.raises(NumpyUnsupportedError, match="np.random.RandomState: rs: drew while"):
+        hg.jit(lambda x: x + rs.standard_normal(x.shape))(np.zeros(4))
+    with pytest.raises(NumpyUnsupportedError, match="np.random.default_rng: seed"):
+        hg.jit(lambda x: x + np.random.default_rng().random(x.shape))(np.zeros(4))
+
+
+def test_a_seeded_generator_made_inside_gives_numpys_constants():
+    """``default_rng(seed)`` inside the function draws the same numbers at every call in
+    NumPy too: they are the trace's constants, NumPy's own."""
+    f = hg.jit(lambda x: x + np.random.default_rng(7).random(x.shape))
+    want = np.random.default_rng(7).random(40)
+    np.testing.assert_array_equal(f(np.zeros(40)), want)
+    np.testing.assert_array_equal(f(np.zeros(40)), want)

@@ -11,14 +11,21 @@ distributions) and a stream per call site. Every other drawing function of
 Threads that are not tracing call NumPy's own functions (the patch checks a
 thread-local), and the patch is installed only while some thread traces.
 
-A ``numpy.random.Generator`` (``default_rng``) cannot be intercepted (its methods are
-a C type's): its draws in a traced function are made once, at trace time; the README
-says so.
+A ``numpy.random.Generator``'s methods (or a ``RandomState``'s) cannot be intercepted
+(a C type's): their numbers would be drawn once, at trace time, and baked in. So a
+trace fails with a clear error when a Generator or RandomState the function reads from
+a closure cell or a module global changed its state while tracing
+(:func:`generators_unchanged`), and ``default_rng()`` without a seed is refused in a
+tracing thread (fresh entropy, drawn once). A Generator with a fixed seed created
+inside the function gives the same numbers at every call in NumPy too: that one is
+traced as the constants it is.
 """
 
 from __future__ import annotations
 
+import pickle
 import threading
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -172,11 +179,29 @@ REFUSED = ("beta", "binomial", "bytes", "chisquare", "choice", "dirichlet", "exp
            "standard_t", "triangular", "vonmises", "wald", "weibull", "zipf")
 
 
+def _unseeded(seed: Any = None, *args: Any, **kwargs: Any) -> bool:
+    return seed is None
+
+
+#: Functions refused in a tracing thread only when the predicate holds of their
+#: arguments: ``default_rng()`` draws fresh entropy (NumPy: new numbers at every call),
+#: ``default_rng(seed)`` the same numbers every time, which a trace may bake.
+REFUSED_WHEN: dict[str, Callable[..., bool]] = {"default_rng": _unseeded}
+
+
 def _patched(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
     traced = TRACED.get(name)
+    refuse_when = REFUSED_WHEN.get(name)
 
     def fn(*args: Any, **kwargs: Any) -> Any:
         if _draws() is None:  # this thread is not tracing: NumPy's own
+            return real(*args, **kwargs)
+        if refuse_when is not None:
+            if refuse_when(*args, **kwargs):
+                raise unsupported(f"random.{name}", "seed", "without a seed it draws fresh "
+                                  "entropy, which a trace would draw once and repeat at "
+                                  "every call; seed it, or use np.random's functions "
+                                  "(traced)")
             return real(*args, **kwargs)
         if traced is None:
             raise unsupported(f"random.{name}", "call", "not traced: its numbers would be "
@@ -196,7 +221,7 @@ def drawing(seed: Callable[[], Var]) -> Iterator[_Draws]:
     global _installed
     with _lock:
         if _installed == 0:
-            for name in (*TRACED, *REFUSED):
+            for name in (*TRACED, *REFUSED, *REFUSED_WHEN):
                 real = getattr(np.random, name, None)
                 if real is not None:
                     _real[name] = real
@@ -215,4 +240,56 @@ def drawing(seed: Callable[[], Var]) -> Iterator[_Draws]:
                     setattr(np.random, name, real)
 
 
-__all__ = ["REFUSED", "SEED_SLOT", "TRACED", "draw_seed", "drawing"]
+def _names(code: types.CodeType) -> set[str]:
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _names(c)
+    return out
+
+
+_STATEFUL = (np.random.Generator, np.random.RandomState)
+
+
+def _generators(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
+    """(name, object): the Generators and RandomStates ``fn`` reads from its closure
+    cells and module globals."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found = []
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or (),
+                          strict=False):
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(v, _STATEFUL):
+            found.append((name, v))
+    g = getattr(fn, "__globals__", {})
+    found += [(n, g[n]) for n in sorted(_names(code)) if isinstance(g.get(n), _STATEFUL)]
+    return found
+
+
+def _state_of(obj: Any) -> bytes:
+    st = obj.bit_generator.state if isinstance(obj, np.random.Generator) \
+        else obj.get_state(legacy=False)
+    return pickle.dumps(st)
+
+
+@contextmanager
+def generators_unchanged(fn: Callable[..., Any]) -> Iterator[None]:
+    """Raise if a Generator or RandomState ``fn`` reads drew while the block traced it."""
+    before = [(name, g, _state_of(g)) for name, g in _generators(fn)]
+    yield
+    for name, g, state in before:
+        if _state_of(g) != state:
+            raise unsupported(f"random.{type(g).__name__}", name,
+                              "drew while tracing: its numbers would be baked into the "
+                              "program and repeat at every call; use np.random's functions "
+                              "(traced, fresh per call) or draw outside @hg.jit and pass "
+                              "the array in")
+
+
+__all__ = ["REFUSED", "REFUSED_WHEN", "SEED_SLOT", "TRACED", "draw_seed", "drawing",
+           "generators_unchanged"]

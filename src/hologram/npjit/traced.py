@@ -25,7 +25,7 @@ from . import functions, indexing, ufuncs
 from .dtypes import to_numpy
 from .errors import NumpyUnsupportedError, unsupported
 from .lift import Baked, Trace, tracing, value
-from .random import drawing
+from .random import drawing, generators_unchanged
 
 
 def wrap(r: Any) -> Any:
@@ -362,7 +362,7 @@ def trace(fn: Callable[..., Any], specs: Sequence[tuple[DType, tuple[int, ...]]]
     it reads as hidden inputs (after the arguments, in order) and those it baked in as
     constants (with their contents then: the trace holds while they do)."""
     args = [Traced(B.ldg(i, d, s), view=ARG) for i, (d, s) in enumerate(specs)]
-    with tracing(len(specs)) as t, drawing(t.seed):
+    with tracing(len(specs)) as t, drawing(t.seed), generators_unchanged(fn):
         result = fn(*args)
         outs = result if isinstance(result, (tuple, list)) else (result,)
         stores = [B.stg(_output(o, i, t), i) for i, o in enumerate(outs)]
