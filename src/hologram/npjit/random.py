@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import pickle
 import threading
-import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -240,20 +239,14 @@ def drawing(seed: Callable[[], Var]) -> Iterator[_Draws]:
                     setattr(np.random, name, real)
 
 
-def _names(code: types.CodeType) -> set[str]:
-    out = set(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            out |= _names(c)
-    return out
-
-
 _STATEFUL = (np.random.Generator, np.random.RandomState)
 
 
 def _generators(fn: Callable[..., Any]) -> list[tuple[str, Any]]:
     """(name, object): the Generators and RandomStates ``fn`` reads from its closure
     cells and module globals."""
+    from .guards import _names  # (guards imports lift, which imports this module)
+
     code = getattr(fn, "__code__", None)
     if code is None:
         return []
