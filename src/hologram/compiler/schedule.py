@@ -556,12 +556,6 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
             continue
         if id(v) in one_loop:  # its readers, all in one_loop too, end in one loop
             continue           # (merge_siblings): nothing reads its leaves or work
-        if id(v) in rejoin:  # computed once where its readers meet: one reader
-            srcs = list({id(s): s for s in v.srcs}.values())
-            leaves[id(v)] = frozenset().union(*(leaves.get(id(s), frozenset()) for s in srcs))
-            work[id(v)] = min(_WORK_CAP, 1 + sum(
-                work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
-            continue
         if group(v.op) not in _INLINED or id(v) in forced or id(v) in stored:
             leaves[id(v)] = frozenset([v])
             continue
@@ -573,7 +567,8 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
                else int(v.op not in MOVEMENT))
         w = min(_WORK_CAP, own + sum(
             work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
-        if v.op not in MOVEMENT and (
+        # (a value whose readers rejoin is computed once where they meet: one reader)
+        if v.op not in MOVEMENT and id(v) not in rejoin and (
                 (group(v.op) in ELEMENTWISE and v.size >= SHARED_MIN_SIZE
                  and len(users.get(id(v), [])) >= 2
                  and sum(4 * leaf.size >= v.size for leaf in deps) >= SHARED_MIN_READS)

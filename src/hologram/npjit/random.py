@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..isa import dtypes
-from ..isa.builder import Var
+from ..isa.builder import Var, broadcast_shape
 from ..ops import random_bits
 from .errors import unsupported
 
@@ -102,24 +102,19 @@ _uniform01 = _drawer(random_bits.uniform)
 _normal01 = _drawer(random_bits.normal)
 
 
-def _param(x: Any, func: str, arg: str) -> tuple[Var, tuple[int, ...]]:
+def _param(x: Any, func: str, arg: str) -> Var:
     """A location or scale: a number, an array or a traced value, as an f64 Var."""
-    from .lift import value
-    from .traced import wrap
+    from .lift import value  # (lift imports this module)
 
-    v = wrap(value(x, f"random.{func}", arg, np.dtype(np.float64)))
-    return v, tuple(v.shape)
+    return Var(value(x, f"random.{func}", arg, np.dtype(np.float64)))
 
 
 def _affine(func: str, base: Callable[[str, tuple[int, ...]], Var], a: Any, b: Any,
-            size: Any, names: tuple[str, str], scale_of: Callable[[Var, Var], Var]) -> Any:
+            size: Any, names: tuple[str, str], scale_of: Callable[[Var, Var], Var]) -> Var:
     """``a + scale_of(a, b) * base``, with NumPy's rule for the result's shape: ``size``
     when given, else the parameters' broadcast shape."""
-    from ..isa.builder import broadcast_shape
-    from .traced import wrap
-
-    pa, sa = _param(a, func, names[0])
-    pb, sb = _param(b, func, names[1])
+    pa, pb = _param(a, func, names[0]), _param(b, func, names[1])
+    sa, sb = tuple(pa.shape), tuple(pb.shape)
     shape = _size(size, func) if size is not None else broadcast_shape(sa, sb)
     try:
         holds = broadcast_shape(shape, sa, sb) == shape
@@ -128,40 +123,37 @@ def _affine(func: str, base: Callable[[str, tuple[int, ...]], Var], a: Any, b: A
     if not holds:
         raise unsupported(f"random.{func}", "size", f"{list(shape)} does not hold the "
                           f"parameters' shapes {list(sa)} and {list(sb)}")
-    return wrap(pa + scale_of(pa, pb) * base(func, shape))
+    return pa + scale_of(pa, pb) * base(func, shape)
 
 
-def _random(size: Any = None) -> Any:
-    from .traced import wrap
-    return wrap(_uniform01("random", _size(size, "random")))
+def _random(size: Any = None) -> Var:
+    return _uniform01("random", _size(size, "random"))
 
 
-def _rand(*dims: int) -> Any:
-    from .traced import wrap
-    return wrap(_uniform01("rand", _size(dims, "rand")))
+def _rand(*dims: int) -> Var:
+    return _uniform01("rand", _size(dims, "rand"))
 
 
-def _randn(*dims: int) -> Any:
-    from .traced import wrap
-    return wrap(_normal01("randn", _size(dims, "randn")))
+def _randn(*dims: int) -> Var:
+    return _normal01("randn", _size(dims, "randn"))
 
 
-def _standard_normal(size: Any = None) -> Any:
-    from .traced import wrap
-    return wrap(_normal01("standard_normal", _size(size, "standard_normal")))
+def _standard_normal(size: Any = None) -> Var:
+    return _normal01("standard_normal", _size(size, "standard_normal"))
 
 
-def _uniform(low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Any:
+def _uniform(low: Any = 0.0, high: Any = 1.0, size: Any = None) -> Var:
     return _affine("uniform", _uniform01, low, high, size, ("low", "high"),
                    lambda lo, hi: hi - lo)
 
 
-def _normal(loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Any:
+def _normal(loc: Any = 0.0, scale: Any = 1.0, size: Any = None) -> Var:
     return _affine("normal", _normal01, loc, scale, size, ("loc", "scale"),
                    lambda _loc, sc: sc)
 
 
-#: np.random's legacy functions drawn in the program while a thread traces.
+#: np.random's legacy functions drawn in the program while a thread traces (each
+#: gives a Var; the patch hands it out as a traced value).
 TRACED: dict[str, Callable[..., Any]] = {
     "random": _random, "random_sample": _random, "sample": _random, "ranf": _random,
     "rand": _rand, "randn": _randn, "standard_normal": _standard_normal,
@@ -207,7 +199,9 @@ def _patched(name: str, real: Callable[..., Any]) -> Callable[..., Any]:
                               "drawn once, at trace time, and repeat at every call (traced: "
                               f"{', '.join(sorted(TRACED))}); draw outside @hg.jit and pass "
                               "the array in")
-        return traced(*args, **kwargs)
+        from .traced import wrap  # (traced imports this module)
+
+        return wrap(traced(*args, **kwargs))
     fn.__name__ = name
     fn.__doc__ = real.__doc__
     return fn

@@ -57,13 +57,18 @@ def mix(x: Var) -> Var:
     return x ^ (x >> c)
 
 
-def positions(shape: tuple[int, ...]) -> Var:
-    """Each element's row-major position in ``shape``, as u32 (IOTAs times strides, so
-    kernels compute it from their loop indices and read nothing)."""
+def check_size(shape: tuple[int, ...]) -> None:
+    """ValueError unless one draw can number every element of ``shape`` (u32 counters)."""
     n = math.prod(shape)
     if n > MAX_ELEMENTS:
         raise ValueError(f"shape: {list(shape)} has {n} elements; random numbers are drawn "
                          f"for at most 2**32 at once")
+
+
+def positions(shape: tuple[int, ...]) -> Var:
+    """Each element's row-major position in ``shape``, as u32 (IOTAs times strides, so
+    kernels compute it from their loop indices and read nothing)."""
+    check_size(shape)
     terms: list[Var] = []
     stride = 1
     for d in reversed(range(len(shape))):

@@ -60,15 +60,18 @@ class Ctx:
         self.random_key = random_key
 
     @property
+    def first_out(self) -> Any:
+        """The traced result (its first tensor, for ops with several)."""
+        return self.out[0] if isinstance(self.out, tuple) else self.out
+
+    @property
     def out_dtype(self) -> DType:
         """The ISA dtype of the (first) tensor result."""
-        info = self.out[0] if isinstance(self.out, tuple) else self.out
-        return isa_dtype(info.dtype)
+        return isa_dtype(self.first_out.dtype)
 
     @property
     def out_shape(self) -> tuple[int, ...]:
-        info = self.out[0] if isinstance(self.out, tuple) else self.out
-        return info.shape
+        return self.first_out.shape
 
 
 def isa_dtype(td: torch.dtype) -> DType:

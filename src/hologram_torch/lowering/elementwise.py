@@ -59,7 +59,7 @@ def _bitwise(op: Op) -> Callable[..., Var]:
     >>)."""
 
     def tr(ctx: Ctx, a: Any, b: Any = None) -> Var:
-        info = ctx.out[0] if isinstance(ctx.out, tuple) else ctx.out
+        info = ctx.first_out
         d = _BITWISE_DTYPES.get(info.dtype)
         if d is None:
             raise Unsupported(f"bitwise {op} on {info.dtype} (int32, int64 and bool are "

@@ -39,16 +39,16 @@ def _key(ctx: Ctx, generator: Any, shape: tuple[int, ...]) -> tuple[Var, int]:
     if generator is not None:
         raise Unsupported("an explicit generator= (its state is advanced by PyTorch only)")
     try:
-        random_bits.positions(shape)  # the element count check
+        random_bits.check_size(shape)
     except ValueError as e:
         raise Unsupported(str(e)) from None
     return ctx.random_key()
 
 
 def _float_out(ctx: Ctx) -> DType:
-    info = ctx.out[0] if isinstance(ctx.out, tuple) else ctx.out
-    if not info.dtype.is_floating_point:
-        raise Unsupported(f"random numbers of dtype {info.dtype}")
+    td = ctx.first_out.dtype
+    if not td.is_floating_point:
+        raise Unsupported(f"random numbers of dtype {td}")
     return ctx.out_dtype
 
 
