@@ -102,6 +102,16 @@ def test_dropout_edge_cases_match_eager():
     torch._dynamo.reset()
     empty = _compiled(lambda a: torch.nn.functional.dropout(a, 0.5, True))(torch.randn(0, 5))
     assert empty.shape == (0, 5)
+    torch._dynamo.reset()
+    # a non-contiguous input (a transposed view, then a strided slice)
+    base = torch.randn(40, 64)
+    for view in (base.t(), base[::2, 1::3]):
+        out = _compiled(lambda a: torch.nn.functional.dropout(a, 0.25, True))(view)
+        assert out.shape == view.shape
+        kept = out != 0
+        torch.testing.assert_close(out[kept], view[kept] * (1 / 0.75), rtol=0, atol=0)
+        _within(kept.float().mean().item(), 0.75, math.sqrt(0.75 * 0.25), view.numel())
+        torch._dynamo.reset()
 
 
 def _moments(t: torch.Tensor) -> tuple[float, float]:
