@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import hologram as hg
 from hologram.backends import registry
 from hologram.backends.reference import evaluate
-from hologram.compiler import nvrtc
+from hologram.compiler import nvrtc, schedule
 from hologram.compiler.schedule import GemmPlan
 from hologram.errors import ShapeError, VerifyError
 from hologram.isa import Op, Program
@@ -133,9 +133,9 @@ def _roll(x: Var, shift: int, axis: int) -> Var:
 
 def _rolled_windows(x: Var, levels: int = 6) -> Var:
     """Swin's shifted windows, ``levels`` times over: ``x [B, H, W, C]`` rolled along H
-    and W, partitioned into 2x2 windows and put back, all views and CONCATs rendered
-    into one kernel (whose reads still double with each CONCAT: every part is read for
-    every element; the CUDA C of six levels took NVRTC minutes, hence three in CASES)."""
+    and W, partitioned into 2x2 windows and put back: views and CONCATs whose reads
+    double with each CONCAT while they are inlined (every part is read for every
+    element), until the scheduler stores one (``schedule.CONCAT_DEPTH_MAX``)."""
     bb, hh, ww, cc = x.shape
     for i in range(levels):
         x = _roll(_roll(x, 1 + i % 2, 1), 1, 2)
@@ -143,6 +143,32 @@ def _rolled_windows(x: Var, levels: int = 6) -> Var:
         x = x.reshape(bb * hh * ww // 4, 4, cc).reshape(bb, hh // 2, ww // 2, 2, 2, cc)
         x = x.permute(0, 1, 3, 2, 4, 5).reshape(bb, hh, ww, cc)
     return x * 2.0
+
+
+def _assigned(m: Var, rows: tuple[int, int], cols: tuple[int, int], value: float) -> Var:
+    """``m[r0:r1, c0:c1] = value`` as a slice assignment lowers: the window's rows are
+    the rows' CONCAT of what is left of ``m`` and a fill; the rows around it are ``m``'s."""
+    (r0, r1), (c0, c1) = rows, cols
+    h, w = m.shape
+    band = _window(m, 0, r0, r1 - r0)
+    fill = Var(b.const(value, m.dtype, (r1 - r0, c1 - c0)))
+    band = _cat(_window(band, 1, 0, c0), fill, _window(band, 1, c1, w - c1), axis=1)
+    return _cat(_window(m, 0, 0, r0), band, _window(m, 0, r1, h - r1), axis=0)
+
+
+def _shifted_window_mask(scores: Var, base: Var) -> Var:
+    """torchvision's Swin attention mask: nine slice assignments of a count into a
+    [14, 14] map (``base``: an input, so nothing folds), split into four 7x7 windows,
+    the pairwise differences filled with -100 where nonzero, added to ``scores``
+    [batch, 4, heads, 49, 49] (the four windows)."""
+    m, count = base, 0.0
+    for rows in ((0, 7), (7, 11), (11, 14)):
+        for cols in ((0, 7), (7, 11), (11, 14)):
+            m, count = _assigned(m, rows, cols, count), count + 1.0
+    m = m.reshape(2, 7, 2, 7).permute(0, 2, 1, 3).reshape(4, 49)
+    diff = m.reshape(4, 1, 49).expand((4, 49, 49)) - m.reshape(4, 49, 1).expand((4, 49, 49))
+    mask = (diff.eq(0.0)).where(diff * 0.0, Var(b.const(-100.0, m.dtype, diff.shape)))
+    return scores + mask.reshape(1, 4, 1, 49, 49).expand(scores.shape)
 
 
 CASES: dict[str, tuple] = {
@@ -180,6 +206,7 @@ CASES: dict[str, tuple] = {
                             [(1, 3), (4, 2)]),
     "cat_scalar_rows": (lambda x, y: _cat(x, y, axis=0), [(1,), (5,)]),
     "rolled_windows": (lambda x: _rolled_windows(x, 3), [(2, 8, 8, 4)]),
+    "shifted_window_mask": (_shifted_window_mask, [(1, 4, 1, 49, 49), (14, 14)]),
 }
 
 
@@ -201,17 +228,37 @@ def test_cpu_matches_reference(name, dtype):
         assert_close(g, w, rtol=2e-6 if dtype == "f32" else 1e-12, atol=1e-6)
 
 
-def test_chained_concats_and_reshapes_name_their_index():
+def test_chained_concats_and_reshapes_name_their_index(monkeypatch):
     """Each CONCAT writes its index into every part's test and clamp, each reshape into
     every coordinate it splits off: through a chain of them (``_rolled_windows``) the
     index text grew ~4x per level, until a long index was named by a local
     (``render_c.named_index``); torchvision's Swin-T backward rendered kernels of 148 MB
-    of C. The longest line stays short, the values the reference's."""
+    of C. The longest line stays short, the values the reference's: here with the
+    whole chain in one kernel (``CONCAT_DEPTH_MAX`` off), as it was before the chain was
+    cut into stored pieces."""
+    monkeypatch.setattr(schedule, "CONCAT_DEPTH_MAX", 1 << 40)
     ex = _compiled_executor()
     p = b.program(_rolled_windows, [("f32", (2, 8, 8, 4))])
     ins = random_inputs([("f32", (2, 8, 8, 4))], seed=6)
-    src = ex.backend.compile(p).source
-    assert max(map(len, src.splitlines())) < 1000
+    compiled = ex.backend.compile(p)
+    assert len(compiled.lowered.schedule.steps) == 1
+    assert max(map(len, compiled.source.splitlines())) < 1000
+    (want,), _ = evaluate(p, ins)
+    got = np.empty(want.shape, np.float32)
+    ex.launch(p, ins, [got])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_chain_of_concats_is_cut_into_stored_pieces():
+    """Every part of an unstored CONCAT is computed for each element, so six levels of
+    rolled windows (twelve CONCATs, each over slices of the one before) inlined into one
+    kernel compute 4096 reads per element. A CONCAT nesting more than
+    ``CONCAT_DEPTH_MAX`` unstored ones is stored: several kernels, each a few deep."""
+    ex = _compiled_executor()
+    p = b.program(_rolled_windows, [("f32", (2, 8, 8, 4))])
+    compiled = ex.backend.compile(p)
+    assert len(compiled.lowered.schedule.steps) >= 3
+    ins = random_inputs([("f32", (2, 8, 8, 4))], seed=7)
     (want,), _ = evaluate(p, ins)
     got = np.empty(want.shape, np.float32)
     ex.launch(p, ins, [got])
@@ -486,12 +533,15 @@ def test_webgpu_matches_reference():
             wg.launch(p, ins, got)
             for g, w in zip(got, want, strict=True):
                 wg_close(g, w, rtol=2e-5, atol=1e-5)
-        # four levels of rolled windows name long indices (WGSL's ``let ix: i32``)
-        p = b.program(lambda x: _rolled_windows(x, 4), [("f32", (2, 8, 8, 4))])
-        assert "let ix" in wg.backend.compile(p).wgsl.source
-        ins = random_inputs([("f32", (2, 8, 8, 4))], seed=4)
-        got = np.empty((2, 8, 8, 4), np.float32)
-        wg.launch(p, ins, [got])
+        # four levels of rolled windows in one kernel name long indices (WGSL's
+        # ``let ix: i32``)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(schedule, "CONCAT_DEPTH_MAX", 1 << 40)
+            p = b.program(lambda x: _rolled_windows(x, 4), [("f32", (2, 8, 8, 4))])
+            assert "let ix" in wg.backend.compile(p).wgsl.source
+            ins = random_inputs([("f32", (2, 8, 8, 4))], seed=4)
+            got = np.empty((2, 8, 8, 4), np.float32)
+            wg.launch(p, ins, [got])
         np.testing.assert_array_equal(got, evaluate(p, ins)[0][0])
         rng = np.random.default_rng(4)
         x = rng.standard_normal((5, 6)).astype(np.float32)
@@ -509,3 +559,22 @@ def test_cuda_kernels_compile(name):
 
     compile_for_gpu(_program(name, "f32")[0])
     assert Op.SLICE in {v.op for v in _program("slice_rows_exp", "f32")[0].instructions}
+
+
+def test_chained_slice_assignments_store_their_concats():
+    """Each slice assignment is a CONCAT whose parts slice the one before, so inlined
+    the chain computes the earlier parts again at every index: torchvision's Swin-T
+    mask (nine assignments) was 16K selects per element, five GEMM epilogues of 2.2 MB
+    of C each in its training step (4.8 MB here). A CONCAT nesting more than
+    ``CONCAT_DEPTH_MAX`` unstored ones is stored whatever its size: the library stays
+    small, the values the reference's."""
+    ex = _compiled_executor()
+    specs = [("f32", (2, 4, 3, 49, 49)), ("f32", (14, 14))]
+    p = b.program(_shifted_window_mask, specs)
+    src = ex.backend.compile(p).source
+    assert len(src) < 60_000, len(src)
+    ins = random_inputs(specs, seed=34)
+    (want,), _ = evaluate(p, ins)
+    got = np.empty(want.shape, np.float32)
+    ex.launch(p, ins, [got])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -521,6 +521,18 @@ SHARED_MIN_WORK = 64
 # step sum 197 -> 287 ms at batch 8).
 CONCAT_PART_WORK = 8
 SHARED_WORK_MIN_SIZE = 1 << 12
+# An unstored CONCAT is a select chain that computes every part for each element, and
+# a part that reads an earlier unstored CONCAT (a slice of it) computes that one's
+# parts again at its own index: a chain of them (slice assignments one after another,
+# as torchvision's Swin builds its shifted-window mask: nine of them into a [56, 56]
+# map, 18 CONCATs deep) grows its inlined expression geometrically with its depth. A
+# CONCAT with more unstored CONCATs than this nested in its parts (along one path) is
+# stored whatever its size (the size floor above weighs a launch against reads; here
+# the expression itself is the cost): the mask's GEMM epilogues were 16K selects per
+# element and 2.2 MB of C each, five of them in Swin-T's training step (docs/perf.md,
+# session 34). The benchmark models nest 3 (ResNet-18's Winograd transforms of padded
+# phase planes) and 4 (its training step), left as they were.
+CONCAT_DEPTH_MAX = 4
 _WORK_CAP = 1 << 20
 _RECOMPUTED = ELEMENTWISE | {Group.CONCAT}  # what the work rule may store
 
@@ -550,6 +562,7 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
     into_concats = _only_into_concats(program, users)
     one_loop = _only_elementwise_to_outputs(program, users)
     rejoin = _rejoining(program, users)
+    depth: dict[int, int] = {}  # unstored CONCATs nested in a value's inlined expression
     chosen: set[int] = set()
     for v in program.instructions:
         if v.op is Op.STG:
@@ -567,16 +580,20 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
                else int(v.op not in MOVEMENT))
         w = min(_WORK_CAP, own + sum(
             work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
+        nested = max((depth.get(id(s), 0) for s in srcs), default=0) + (v.op is Op.CONCAT)
         # (a value whose readers rejoin is computed once where they meet: one reader)
         if v.op not in MOVEMENT and id(v) not in rejoin and (
                 (group(v.op) in ELEMENTWISE and v.size >= SHARED_MIN_SIZE
                  and len(users.get(id(v), [])) >= 2
                  and sum(4 * leaf.size >= v.size for leaf in deps) >= SHARED_MIN_READS)
                 or (group(v.op) in _RECOMPUTED and v.size >= SHARED_WORK_MIN_SIZE
-                    and max(many, id(v) in narrowed) * w >= SHARED_MIN_WORK)):
+                    and max(many, id(v) in narrowed) * w >= SHARED_MIN_WORK)
+                or (v.op is Op.CONCAT and nested > CONCAT_DEPTH_MAX)):
             chosen.add(id(v))
             deps = frozenset([v])
             w = 1
+        elif nested:
+            depth[id(v)] = nested
         leaves[id(v)] = deps
         work[id(v)] = w
     return chosen
