@@ -12,6 +12,8 @@ and a ResNet-18 training step (forward, cross-entropy, backward, SGD with moment
 batch 8 and ``--train-size`` (default 112: 224 makes each interleaved sample several
 seconds on two cores). torchvision and timm come from the dev extra
 (``hologram_torch/torchvision_import.py`` loads a torchvision whose C++ ops do not).
+``--cnn --models dcgan --no-train`` times DCGAN's generator (transposed convolutions,
+a 64x64 image from a latent vector; :func:`build_dcgan`).
 
 Models are transformers' own classes built from configs with random weights (nothing
 is downloaded): GPT-2 124M (``GPT2Config()``), BERT-base (``BertConfig()``), a small
@@ -56,6 +58,9 @@ from common import Candidate, Report, add_interleaved, target  # noqa: E402
 SEQ = 128
 #: The CNN rows (--cnn): name -> how to build it (random weights).
 CNNS = ("resnet18", "mobilenet_v3_small", "convnext_atto")
+#: Models --models may name beside CNNS and the transformers (not in the default rows):
+#: DCGAN's generator (transposed convolutions; a 64x64 image from a 100-wide latent).
+GENERATORS = ("dcgan",)
 CNN_SIZE = 224
 BACKENDS = ("eager", "inductor", "openvino", "hologram")
 #: Rows --backends may add: hologram without packed constant weights (the A/B of
@@ -81,6 +86,8 @@ def build(name: str) -> tuple[Any, Callable[[int], dict[str, Any]]]:
     torch.manual_seed(0)
     if name in CNNS:
         return build_cnn(name)
+    if name in GENERATORS:
+        return build_dcgan()
     vocab = 32000
     if name == "gpt2":
         model = tf.GPT2LMHeadModel(tf.GPT2Config())
@@ -136,6 +143,38 @@ def build_cnn(name: str, num_classes: int = 1000) -> tuple[Any, Callable[[int], 
     def inputs(batch: int, size: int = CNN_SIZE) -> dict[str, Any]:
         g = torch.Generator().manual_seed(batch)
         return {"x": torch.randn(batch, 3, size, size, generator=g)}
+
+    return model, inputs
+
+
+def build_dcgan(nz: int = 100, ngf: int = 64) -> tuple[Any, Callable[[int], dict[str, Any]]]:
+    """(DCGAN's generator as PyTorch's examples write it, in eval mode, inputs(batch) ->
+    {"x": latent vectors [batch, nz, 1, 1]}): five transposed convolutions with batch
+    norm and ReLU up to a 64x64 RGB image."""
+    import torch
+
+    nn = torch.nn
+    torch.manual_seed(0)
+    layers: list[Any] = []
+    chans = [nz, ngf * 8, ngf * 4, ngf * 2, ngf]
+    for i, (a, b) in enumerate(zip(chans, chans[1:], strict=False)):
+        layers += [nn.ConvTranspose2d(a, b, 4, 1 if i == 0 else 2, 0 if i == 0 else 1,
+                                      bias=False), nn.BatchNorm2d(b), nn.ReLU(True)]
+    layers += [nn.ConvTranspose2d(ngf, 3, 4, 2, 1, bias=False), nn.Tanh()]
+
+    class Generator(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.main = nn.Sequential(*layers)
+
+        def forward(self, x: Any) -> Any:  # the rows call model(x=...)
+            return self.main(x)
+
+    model = Generator().eval()
+
+    def inputs(batch: int) -> dict[str, Any]:
+        g = torch.Generator().manual_seed(batch)
+        return {"x": torch.randn(batch, nz, 1, 1, generator=g)}
 
     return model, inputs
 
@@ -207,7 +246,8 @@ def inference_table(rep: Report, name: str, batch: int, repeat: int,
     model, make_inputs = build(name)
     kw = make_inputs(batch)
     title = f"{name} inference, batch {batch}" + (
-        "" if name == "vit" else f", {CNN_SIZE}x{CNN_SIZE}" if name in CNNS else f", seq {SEQ}")
+        "" if name == "vit" else f", {CNN_SIZE}x{CNN_SIZE}" if name in CNNS
+        else ", 64x64 output" if name in GENERATORS else f", seq {SEQ}")
     t = rep.table(title, baseline="eager", unit="ms", extra_cols=("first call s", "rel err"))
     with torch.no_grad():
         ref = main_output(model(**kw))

@@ -73,7 +73,9 @@ WHOLLY_IN_HOLOGRAM = (
     "nn.functional.pdist", "nn.functional.bilinear", "addbmm", "_segment_reduce.lengths",
     "_segment_reduce.offsets",
     # convolution and pools (taps, GATHERed columns and GEMM; forward and backward)
-    "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.avg_pool1d",
+    "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d",
+    "nn.functional.conv_transpose1d", "nn.functional.conv_transpose2d",
+    "nn.functional.conv_transpose3d", "nn.functional.avg_pool1d",
     "nn.functional.avg_pool2d", "nn.functional.max_pool1d", "nn.functional.max_pool2d",
     "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d",
 )

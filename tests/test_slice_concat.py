@@ -578,3 +578,45 @@ def test_chained_slice_assignments_store_their_concats():
     got = np.empty(want.shape, np.float32)
     ex.launch(p, ins, [got])
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _phase_sums(x: Var) -> Var:
+    """Four phases, each a sum of four shifted windows of ``x [16, 70]``, interleaved
+    along the rows (a col2im by phase, as a transposed convolution's is) and scaled."""
+    phases = []
+    for r in range(4):
+        terms = [_window(x, 1, r + t, 64) for t in range(4)]
+        acc = terms[0]
+        for t in terms[1:]:
+            acc = acc + t
+        phases.append(acc.reshape(16, 64, 1))
+    return _cat(*phases, axis=2).reshape(16, 256) * 0.5
+
+
+def test_a_concat_whose_reader_would_discard_most_of_its_work_is_stored():
+    """Inlined, a CONCAT read once computes every part for each element and keeps one;
+    stored, each element computes its own part. From ``CONCAT_WASTE_MIN`` of discarded
+    work per element it is stored (four phases of four windows: two steps), while a
+    padded input (one part with work, constant bands) stays inline (one step)."""
+    ex = _compiled_executor()
+    specs = [("f32", (16, 70))]
+    p = b.program(_phase_sums, specs)
+    assert len(ex.backend.compile(p).lowered.schedule.steps) == 2
+    ins = random_inputs(specs, seed=5)
+    (want,), _ = evaluate(p, ins)
+    got = np.empty(want.shape, np.float32)
+    ex.launch(p, ins, [got])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    pad = b.program(lambda x: _cat(Var(b.const(0.0, x.dtype, (16, 4))), x.exp(),
+                                   Var(b.const(0.0, x.dtype, (16, 190))), axis=1) * 0.5,
+                    specs)
+    assert len(ex.backend.compile(pad).lowered.schedule.steps) == 1
+
+
+def test_the_waste_rule_can_be_turned_off(monkeypatch):
+    """The same program inlines its CONCAT when the rule is off (the test above is not
+    passing by another rule)."""
+    monkeypatch.setattr(schedule, "CONCAT_WASTE_MIN", 1 << 40)
+    ex = _compiled_executor()
+    p = b.program(_phase_sums, [("f32", (16, 70))])
+    assert len(ex.backend.compile(p).lowered.schedule.steps) == 1

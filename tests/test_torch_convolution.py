@@ -109,6 +109,85 @@ def test_convolution_backward_gradcheck(shape, o, k, s, p, d, g):
     assert [op for gr in graphs for op, _ in gr.torch_ops] == []
 
 
+TRANSPOSED = [  # (input shape, out channels, kernel, stride, padding, output padding,
+    #              dilation, groups)
+    ((2, 4, 5, 6), 6, 4, 2, 1, 0, 1, 1),          # DCGAN's upsampling (k4 s2 p1)
+    ((2, 8, 7, 7), 3, 2, 2, 0, 0, 1, 1),          # U-Net's up-convolution (k2 s2)
+    ((2, 4, 5, 6), 6, 3, 2, 1, 1, 1, 1),          # output padding
+    ((1, 4, 3, 3), 4, 3, 1, 0, 0, 1, 1),          # stride 1: a full correlation
+    ((2, 4, 4, 5), 8, 3, 2, 0, 1, 2, 2),          # grouped, dilated
+    ((2, 6, 4, 4), 6, 3, 2, 1, 1, 1, 6),          # depthwise
+    ((2, 3, 9), 5, 5, 3, 2, 2, 1, 1),             # 1-D
+    ((1, 2, 3, 4, 3), 3, 3, 2, 1, 1, 1, 1),       # 3-D
+    ((2, 4, 5, 6), 6, (3, 2), (2, 1), (1, 0), (1, 0), (1, 2), 1),  # per-axis arguments
+]
+
+
+def _conv_transpose(nd: int):
+    return getattr(torch.nn.functional, f"conv_transpose{nd}d")
+
+
+def _transposed_inputs(shape, o, k, g, requires_grad=False):
+    gen = torch.Generator().manual_seed(2)
+    nd = len(shape) - 2
+    ks = (k,) * nd if isinstance(k, int) else k
+    x = torch.randn(shape, dtype=torch.float64, generator=gen, requires_grad=requires_grad)
+    w = torch.randn(shape[1], o // g, *ks, dtype=torch.float64, generator=gen,
+                    requires_grad=requires_grad)
+    b = torch.randn(o, dtype=torch.float64, generator=gen, requires_grad=requires_grad)
+    return x, w, b
+
+
+@pytest.mark.parametrize("shape,o,k,s,p,op,d,g", TRANSPOSED)
+def test_transposed_convolution_runs_in_hologram(shape, o, k, s, p, op, d, g):
+    """``conv_transpose{1,2,3}d`` (the adjoint of a convolution: that convolution's
+    input gradient, ``convolution.conv_transpose_nd``) runs in hologram: eager's result
+    in float64, with NaN and inf in the input, contiguous and transposed in memory."""
+    x, w, b = _transposed_inputs(shape, o, k, g)
+    x[0, 0, 1] = float("nan")
+    x[-1, -1, -1] = float("inf")
+    f = _conv_transpose(len(shape) - 2)
+
+    def fn(x, w, b):
+        return f(x, w, b, stride=s, padding=p, output_padding=op, groups=g, dilation=d)
+
+    for inp in (x, x.transpose(-1, -2).contiguous().transpose(-1, -2)):
+        torch._dynamo.reset()
+        with torch.no_grad(), collect_graphs() as graphs:
+            y = torch.compile(fn, backend="hologram")(inp, w, b)
+        assert [op_ for gr in graphs for op_, _ in gr.torch_ops] == []
+        torch.testing.assert_close(y, fn(inp, w, b), rtol=1e-12, atol=1e-12,
+                                   equal_nan=True)
+
+
+@pytest.mark.parametrize("shape,o,k,s,p,op,d,g", TRANSPOSED[:3] + TRANSPOSED[4:7])
+def test_transposed_convolution_backward_gradcheck(shape, o, k, s, p, op, d, g):
+    """The transposed convolution's input gradient (a convolution), weight gradient
+    (the forward's, the roles of input and gradient swapped) and bias gradient: float64
+    gradcheck of the compiled function, both graphs wholly in hologram."""
+    x, w, b = _transposed_inputs(shape, o, k, g, requires_grad=True)
+    f = _conv_transpose(len(shape) - 2)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x, w, b: f(x, w, b, stride=s, padding=p, output_padding=op,
+                                         groups=g, dilation=d), backend="hologram")
+    with collect_graphs() as graphs:
+        assert torch.autograd.gradcheck(fn, (x, w, b))
+    assert {gr.kind for gr in graphs} >= {"forward", "backward"}
+    assert [op_ for gr in graphs for op_, _ in gr.torch_ops] == []
+
+
+def test_transposed_convolution_of_an_empty_batch():
+    f = torch.nn.functional.conv_transpose2d
+    x = torch.randn(0, 3, 4, 4, dtype=torch.float64)
+    w = torch.randn(3, 5, 3, 3, dtype=torch.float64)
+    b = torch.randn(5, dtype=torch.float64)
+    torch._dynamo.reset()
+    with torch.no_grad(), collect_graphs() as graphs:
+        y = torch.compile(lambda x, w, b: f(x, w, b, stride=2), backend="hologram")(x, w, b)
+    assert [op_ for gr in graphs for op_, _ in gr.torch_ops] == []
+    assert y.shape == (0, 5, 9, 9)
+
+
 class _ConvMlp(torch.nn.Module):
     """ConvNeXt's block MLP as timm writes it with ``conv_mlp``: a layer norm run
     channels-last (permute, layer_norm, permute back), then two 1x1 convolutions with
@@ -167,3 +246,46 @@ def test_a_1x1_convolution_of_channels_last_data_is_one_gemm_over_positions(shap
         grads.append([xg.grad, m.fc1.weight.grad.clone(), m.fc2.weight.grad.clone()])
     for got, want in zip(*grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def _dcgan_generator(nz: int = 16, ngf: int = 8) -> torch.nn.Module:
+    """DCGAN's generator (the PyTorch examples' layout), scaled down: a latent vector
+    upsampled by transposed convolutions with batch norm and ReLU to a 32x32 image."""
+    nn = torch.nn
+    return nn.Sequential(
+        nn.ConvTranspose2d(nz, ngf * 4, 4, 1, 0, bias=False), nn.BatchNorm2d(ngf * 4),
+        nn.ReLU(True),
+        nn.ConvTranspose2d(ngf * 4, ngf * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf * 2),
+        nn.ReLU(True),
+        nn.ConvTranspose2d(ngf * 2, ngf, 4, 2, 1, bias=False), nn.BatchNorm2d(ngf),
+        nn.ReLU(True),
+        nn.ConvTranspose2d(ngf, 3, 4, 2, 1, bias=False), nn.Tanh())
+
+
+def test_dcgan_generator_trains_wholly_in_hologram():
+    """A model built on transposed convolutions: DCGAN's generator, inference and a
+    training step (forward, backward, SGD), eager's results and gradients in float64
+    with no op left to PyTorch."""
+    torch.manual_seed(0)
+    gen = _dcgan_generator().double()
+    ref = _dcgan_generator().double()
+    ref.load_state_dict(gen.state_dict())
+    z = torch.randn(4, 16, 1, 1, dtype=torch.float64)
+    torch._dynamo.reset()
+    f = torch.compile(gen, backend="hologram")
+    with collect_graphs() as graphs:
+        y = f(z)
+        y.square().mean().backward()
+    want = ref(z)
+    want.square().mean().backward()
+    assert [op_ for gr in graphs for op_, _ in gr.torch_ops] == []
+    torch.testing.assert_close(y, want, rtol=1e-10, atol=1e-10)
+    for (name, p), q in zip(gen.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-9, atol=1e-10, msg=name)
+    gen.eval()
+    ref.eval()
+    torch._dynamo.reset()
+    with torch.no_grad(), collect_graphs() as graphs:
+        y = torch.compile(gen, backend="hologram")(z)
+    assert [op_ for gr in graphs for op_, _ in gr.torch_ops] == []
+    torch.testing.assert_close(y, ref(z), rtol=1e-10, atol=1e-10)

@@ -533,6 +533,16 @@ SHARED_WORK_MIN_SIZE = 1 << 12
 # session 34). The benchmark models nest 3 (ResNet-18's Winograd transforms of padded
 # phase planes) and 4 (its training step), left as they were.
 CONCAT_DEPTH_MAX = 4
+# A CONCAT read once is inlined into its reader as a select chain that computes every
+# part for each element, where stored it computes each element's own part (its kernel
+# writes part by part, window by window) for one more write and read. So it is stored
+# when the parts' summed work exceeds the costliest part's by this much: the work its
+# reader would throw away per element. DCGAN's transposed convolutions interleave four
+# output phases of four taps each (a col2im by phase): inlined into the batch norm and
+# ReLU after them, every element summed all sixteen taps and kept four; stored, the
+# generator at batch 16 took 0.73x the time, 0.89x at batch 1 (in-process A/Bs,
+# docs/perf.md, session 34). The benchmark models' kernel libraries are unchanged by it.
+CONCAT_WASTE_MIN = 16
 _WORK_CAP = 1 << 20
 _RECOMPUTED = ELEMENTWISE | {Group.CONCAT}  # what the work rule may store
 
@@ -581,6 +591,10 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
         w = min(_WORK_CAP, own + sum(
             work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
         nested = max((depth.get(id(s), 0) for s in srcs), default=0) + (v.op is Op.CONCAT)
+        waste = 0  # what an inlined select chain computes per element and throws away
+        if v.op is Op.CONCAT and id(v) not in into_concats:
+            pw = [work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in v.srcs]
+            waste = sum(pw) - max(pw)
         # (a value whose readers rejoin is computed once where they meet: one reader)
         if v.op not in MOVEMENT and id(v) not in rejoin and (
                 (group(v.op) in ELEMENTWISE and v.size >= SHARED_MIN_SIZE
@@ -588,7 +602,8 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
                  and sum(4 * leaf.size >= v.size for leaf in deps) >= SHARED_MIN_READS)
                 or (group(v.op) in _RECOMPUTED and v.size >= SHARED_WORK_MIN_SIZE
                     and max(many, id(v) in narrowed) * w >= SHARED_MIN_WORK)
-                or (v.op is Op.CONCAT and nested > CONCAT_DEPTH_MAX)):
+                or (v.op is Op.CONCAT and nested > CONCAT_DEPTH_MAX)
+                or (v.size >= SHARED_WORK_MIN_SIZE and waste >= CONCAT_WASTE_MIN)):
             chosen.add(id(v))
             deps = frozenset([v])
             w = 1

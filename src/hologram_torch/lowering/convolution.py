@@ -600,10 +600,8 @@ def tree_sum(terms: list[Var]) -> Var:
     return terms[0]
 
 
-def _check(x: Var, weight: Var, transposed: bool) -> int:
+def _check(x: Var, weight: Var) -> int:
     nd = x.ndim - 2
-    if transposed:
-        raise Unsupported("transposed convolution")
     if nd < 1 or x.ndim != weight.ndim:
         raise Unsupported(f"convolution of a {x.ndim}-D input with a {weight.ndim}-D weight")
     return nd
@@ -612,12 +610,39 @@ def _check(x: Var, weight: Var, transposed: bool) -> int:
 def _convolution(ctx: Ctx, x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
                  padding: Sequence[int], dilation: Sequence[int], transposed: bool,
                  output_padding: Sequence[int], groups: int) -> Var:
-    nd = _check(x, weight, transposed)
+    nd = _check(x, weight)
     d = ctx.out_dtype
     st, pa, di = (_expand_arg(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"),
                                                       (dilation, "dilation")))
-    return conv_nd(x.cast(d), weight.cast(d), bias.cast(d) if bias is not None else None,
-                   st, pa, di, int(groups), tuple(ctx.out_shape[2:]), ctx.derive)
+    x, weight = x.cast(d), weight.cast(d)
+    bias = bias.cast(d) if bias is not None else None
+    outs = tuple(ctx.out_shape[2:])
+    if not transposed:
+        return conv_nd(x, weight, bias, st, pa, di, int(groups), outs, ctx.derive)
+    return conv_transpose_nd(x, weight, bias, st, pa, di, int(groups), outs)
+
+
+def conv_transpose_nd(x: Var, weight: Var, bias: Var | None, stride: Sequence[int],
+                      padding: Sequence[int], dilation: Sequence[int], groups: int,
+                      outs: Sequence[int]) -> Var:
+    """``F.conv_transpose{n}d`` of ``x [B, C, *P]`` and ``weight [C, O/g, *K]``:
+    ``[B, O, *outs]``. A transposed convolution is the adjoint of the convolution with
+    the same weight, stride, padding and dilation from ``outs`` to ``P`` (that is what
+    its weight's layout says: ``C`` is the forward's output channels), so it is that
+    convolution's input gradient with ``x`` as the gradient, whichever way
+    :func:`conv_input_grad` computes it. ``outs`` carries ``output_padding`` (the rows
+    past the last window, which no input reaches: zeros plus the bias)."""
+    b, c = x.shape[:2]
+    o = weight.shape[1] * groups
+    if b * o * math.prod(outs) == 0:
+        return Var(const(0, x.dtype, (b, o, *outs)))
+    if c * math.prod(x.shape[2:]) * math.prod(weight.shape[2:]) == 0:
+        y = Var(const(0, x.dtype, (b, o, *outs)))  # nothing to sum: the bias alone
+    else:
+        y = conv_input_grad(x, weight, outs, stride, padding, dilation, groups)
+    if bias is not None:
+        y = y + bias.reshape((o, *(1,) * len(outs)))
+    return y
 
 
 def _dilate(g: Var, stride: Sequence[int]) -> Var:
@@ -858,7 +883,7 @@ def _convolution_backward(ctx: Ctx, grad: Var, x: Var, weight: Var,
                           padding: Sequence[int], dilation: Sequence[int], transposed: bool,
                           output_padding: Sequence[int], groups: int,
                           output_mask: Sequence[bool]) -> tuple[Var | None, ...]:
-    nd = _check(x, weight, transposed)
+    nd = _check(x, weight)
     st, pa, di = (_expand_arg(v, nd, n) for v, n in ((stride, "stride"), (padding, "padding"),
                                                       (dilation, "dilation")))
     info = next(i for i in ctx.out if i is not None)
@@ -867,10 +892,20 @@ def _convolution_backward(ctx: Ctx, grad: Var, x: Var, weight: Var,
     if 0 in g.shape or 0 in x.shape or 0 in w.shape:
         raise Unsupported("convolution backward of an empty tensor")
     res: list[Var | None] = [None, None, None]
-    if output_mask[0]:
-        res[0] = conv_input_grad(g, w, x.shape[2:], st, pa, di, int(groups))
-    if output_mask[1]:
-        res[1] = conv_weight_grad(g, x, w.shape, st, pa, di, int(groups))
+    if transposed:
+        # y = conv_input_grad(x, w) (conv_transpose_nd): its adjoint in x is the
+        # convolution of the output gradient with w, and its weight gradient is the
+        # forward's, with the output gradient as that convolution's input and x as its
+        # output gradient
+        if output_mask[0]:
+            res[0] = conv_nd(g, w, None, st, pa, di, int(groups), x.shape[2:])
+        if output_mask[1]:
+            res[1] = conv_weight_grad(x, g, w.shape, st, pa, di, int(groups))
+    else:
+        if output_mask[0]:
+            res[0] = conv_input_grad(g, w, x.shape[2:], st, pa, di, int(groups))
+        if output_mask[1]:
+            res[1] = conv_weight_grad(g, x, w.shape, st, pa, di, int(groups))
     if output_mask[2]:
         res[2] = staged_sum(g, (0, *range(2, g.ndim)))
     return tuple(res)
