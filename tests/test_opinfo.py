@@ -78,13 +78,19 @@ WHOLLY_IN_HOLOGRAM = (
     "nn.functional.conv_transpose3d", "nn.functional.avg_pool1d",
     "nn.functional.avg_pool2d", "nn.functional.max_pool1d", "nn.functional.max_pool2d",
     "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d",
+    "nn.functional.adaptive_max_pool1d", "nn.functional.adaptive_max_pool2d",
+    "nn.functional.adaptive_max_pool3d", "nn.functional.max_pool3d",
+    "nn.functional.max_unpool1d", "nn.functional.max_unpool2d", "nn.functional.max_unpool3d",
 )
 #: Ops in the subset that may still run partly in PyTorch (they must match all the same).
 #: The interpolations and quantile compute integer indices from floats (the sweep found
 #: them reading past a row when a float-to-int64 conversion kept the fraction).
 OTHERS = ("masked.argmax", "cumsum", "linalg.cholesky", "nn.functional.interpolate.nearest",
           "nn.functional.interpolate.bilinear", "long", "nn.functional.batch_norm",
-          "as_strided", "empty", "histogram")
+          "as_strided", "empty", "histogram",
+          # its forward in hologram (PyTorch's decomposition: GATHERed corners), its
+          # backward (grid_sampler_2d_backward) in PyTorch
+          "nn.functional.grid_sample")
 SUBSET = WHOLLY_IN_HOLOGRAM + OTHERS
 
 

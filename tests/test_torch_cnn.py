@@ -34,6 +34,12 @@ POOLS = {
     "max 3 s2 p1": lambda x: F.max_pool2d(x, 3, 2, 1),
     "max dilated ceil": lambda x: F.max_pool2d(x, 2, 2, 0, 2, ceil_mode=True),
     "avg unbatched": lambda x: F.avg_pool2d(x[0], 3, 2, 1),
+    "adaptive max to 1": lambda x: F.adaptive_max_pool2d(x, 1),
+    "adaptive max, overlapping windows": lambda x: F.adaptive_max_pool2d(x, (3, 5)),
+    "adaptive max 1-D, windows of two lengths": lambda x: F.adaptive_max_pool1d(
+        x.reshape(2, 3, 72), 7),
+    "adaptive max 3-D": lambda x: F.adaptive_max_pool3d(x.reshape(2, 3, 2, 4, 9), (1, 3, 4)),
+    "max 3-D 2 s1 p1": lambda x: F.max_pool3d(x.reshape(2, 3, 2, 4, 9), 2, 1, 1),
 }
 
 
@@ -63,6 +69,10 @@ MAX_POOLS_WITH_INDICES = {
                                                       return_indices=True),
     "3-D 2 s1 p1": lambda x: F.max_pool3d(x.reshape(2, 3, 2, 4, 9), 2, 1, 1,
                                           return_indices=True),
+    "adaptive, overlapping windows": lambda x: F.adaptive_max_pool2d(
+        x, (3, 5), return_indices=True),
+    "adaptive 3-D": lambda x: F.adaptive_max_pool3d(x.reshape(2, 3, 2, 4, 9), (2, 3, 2),
+                                                    return_indices=True),
 }
 
 

@@ -158,7 +158,10 @@ DECOMPOSE = ("silu", "silu_backward", "hardtanh", "hardtanh_backward", "leaky_re
              # pooling: max pools gather their windows (index) and reduce with indices,
              # their backward is a scatter_add; adaptive average pools with divisible
              # sizes become avg_pool2d (pooling), the others gathers
-             "max_pool2d_with_indices_backward", "_adaptive_avg_pool2d")
+             "max_pool2d_with_indices_backward", "_adaptive_avg_pool2d",
+             "max_unpool2d", "max_unpool3d",
+             # grid sampling: a GATHER of the corners at the grid's positions, weighted
+             "grid_sampler_2d")
 
 
 def supported_ops() -> list[str]:

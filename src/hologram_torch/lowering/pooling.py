@@ -19,7 +19,9 @@ its first element inside the input. The index chain is dead code where nothing r
 the indices (inference), so a pool there is one fused kernel of taps. PyTorch's
 decomposition (a GATHER of the windows at IOTA-computed indices, in f64) ran ResNet-18's
 stem pool 5-7x slower (docs/perf.md, "Session 11, CNN"). Its backward stays PyTorch's
-decomposition: a SCATTER_ADD.
+decomposition: a SCATTER_ADD; the 3-D pool's and the adaptive max pools' backward is
+the same SCATTER_ADD written here (:func:`_max_pool_backward`); an adaptive max pool's
+forward is GATHERed taps of its windows (:func:`_adaptive_max_pool`).
 
 One translator per ATen op, ``ROWS`` maps each op to it (see
 :mod:`hologram_torch.lowering` for how a translator is written)."""
@@ -211,8 +213,79 @@ def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
     return run
 
 
+def _adaptive_max_pool(nd: int) -> Callable[..., tuple[Var, Var]]:
+    """An adaptive max pool and its indices: output ``j`` of a dim of ``n`` inputs and
+    ``o`` outputs takes ATen's window ``[floor(j n / o), ceil((j + 1) n / o))``. The
+    windows differ in length, so each of the longest window's taps is a GATHER at a
+    position clamped to the window's last element (a repeat never wins: ATen's rule,
+    as in the fixed pool above, takes a later element only when greater or NaN, and a
+    repeated NaN names the same index)."""
+    def run(ctx: Ctx, x: Var, output_size: Sequence[int]) -> tuple[Var, Var]:
+        d = ctx.out_dtype
+        shape = tuple(ctx.out[0].shape)
+        ishape = tuple(ctx.out[1].shape)
+        if math.prod(shape) == 0:
+            return Var(const(0, d, shape)), Var(const(0, dtypes.f64, ishape))
+        lead = x.ndim - nd
+        sizes = x.shape[lead:]
+        outs = tuple(shape[lead:])
+        planes = math.prod(x.shape[:lead])
+        flat_x = x.cast(d).reshape((planes, math.prod(sizes)))
+        inner = [math.prod(sizes[i + 1:]) for i in range(nd)]
+        starts, ends, longest = [], [], []
+        for i, (n, o) in enumerate(zip(sizes, outs, strict=True)):
+            j = Var(b.iota(outs, i, dtypes.f64))
+            starts.append(Var(b.unary(Op.FLOOR, (j * float(n) / float(o)).v)))
+            ends.append(Var(b.unary(Op.CEIL, ((j + 1.0) * float(n) / float(o)).v)))
+            longest.append(max(-(-(k + 1) * n // o) - (k * n // o) for k in range(o)))
+        best: Var | None = None
+        idx: Var | None = None
+        for taps in itertools.product(*(range(m) for m in longest)):
+            at: Var | None = None
+            for i, t in enumerate(taps):
+                pos = (starts[i] + float(t)).minimum(ends[i] - 1.0) * float(inner[i])
+                at = pos if at is None else at + pos
+            assert at is not None
+            flat_at = at.reshape((1, math.prod(outs)))
+            v = flat_x.gather(flat_at.cast(dtypes.i64).expand((planes, math.prod(outs))), 1)
+            if best is None or idx is None:
+                best, idx = v, flat_at.expand(v.shape)
+                continue
+            win = or_(v > best, not_(v.eq(v)))
+            best = v.maximum(best)
+            idx = win.where(flat_at.expand(v.shape), idx)
+        assert best is not None and idx is not None
+        return best.reshape(shape), idx.reshape(ishape)
+    return run
+
+
+def _max_pool_backward(nd: int) -> Callable[..., Var]:
+    """The gradient of a max pool that returned its indices (a fixed pool's 3-D form,
+    the adaptive ones): each output's gradient added at the input position its index
+    names within its plane, one SCATTER_ADD per call over ``[planes, positions]``
+    (overlapping windows that chose the same element add up, as in ATen)."""
+    def run(ctx: Ctx, grad: Var, x: Var, *args: Any) -> Var:
+        indices = args[-1]  # every form takes the forward's indices last
+        d = ctx.out_dtype
+        shape = tuple(ctx.out_shape)
+        if 0 in grad.shape or 0 in shape:
+            return Var(const(0, d, shape))
+        lead = len(shape) - nd  # 1 for an unbatched input, else 2
+        planes = math.prod(shape[:lead])
+        g = grad.cast(d).reshape((planes, math.prod(grad.shape[lead:])))
+        idx = indices.reshape(g.shape).cast(dtypes.i64)
+        base = Var(const(0, d, (planes, math.prod(shape[lead:]))))
+        return base.scatter_add(idx, g, 1).reshape(shape)
+    return run
+
+
 # One row per ATen op (overload packet).
 ROWS: dict[Any, Callable[..., Any]] = {
+    aten.adaptive_max_pool2d: _adaptive_max_pool(2),
+    aten.adaptive_max_pool3d: _adaptive_max_pool(3),
+    aten.max_pool3d_with_indices_backward: _max_pool_backward(3),
+    aten.adaptive_max_pool2d_backward: _max_pool_backward(2),
+    aten.adaptive_max_pool3d_backward: _max_pool_backward(3),
     aten.max_pool2d_with_indices: _max_pool_with_indices(2),
     aten.max_pool3d_with_indices: _max_pool_with_indices(3),
     aten.avg_pool2d: _avg_pool(2),
