@@ -359,6 +359,35 @@ def _int_data(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Te
     return torch.from_numpy(x)
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16, torch.uint8],
+                         ids=["int8", "int16", "uint8"])
+def test_narrow_integer_and_or_xor_not_match_eager(dtype):
+    """int8, int16 and uint8 and/or/xor (and ~ of the signed ones) compute in int32:
+    their bits are the narrow ones, over each type's whole range."""
+    info = torch.iinfo(dtype)
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randint(info.min, info.max + 1, (6, 14), generator=gen, dtype=torch.int64)
+    b = torch.randint(info.min, info.max + 1, (6, 14), generator=gen, dtype=torch.int64)
+    a.view(-1)[:3] = torch.tensor([info.min, info.max, 0])
+    a, b = a.to(dtype), b.to(dtype)
+
+    def fn(a, b):
+        out = ((a & b) | (a ^ b), torch.bitwise_xor(a, 5))
+        return (*out, ~a) if dtype.is_signed else out
+
+    _same(*reversed(_run(fn, a, b)))
+
+
+def test_uint8_not_is_left_to_pytorch():
+    """~ of a uint8 is 255 - x, not int32's -x - 1: PyTorch computes it."""
+    a = torch.arange(0, 250, 10, dtype=torch.uint8)
+    dynamo.reset()
+    with cb.collect_graphs() as graphs:
+        got = torch.compile(lambda a: ~a + 1, backend="hologram", dynamic=False)(a)
+    assert torch.equal(got, ~a + 1)
+    assert [op for g in graphs for op, _ in g.torch_ops] == ["aten.bitwise_not"]
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "strided", "empty"])
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=["int32", "int64"])
 @pytest.mark.parametrize("name", sorted(BITWISE))

@@ -52,7 +52,7 @@ from hologram.isa.value import Value, contiguous_strides
 from hologram.memory.address import data_pointer
 from hologram.ops import random_bits
 
-from . import cuda_tensors
+from . import autograd_decompositions, cuda_tensors
 from .derived_inputs import DerivedInput, DerivedKey
 from .direct_autograd import compile_training
 from .fx_info import (
@@ -1344,6 +1344,7 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     if mode not in ("direct", "aot"):
         raise ValueError(f"hologram backend: autograd must be 'direct' or 'aot', got {mode!r}")
     executor = ex if isinstance(ex, Executor) else default_executor(str(ex))
+    autograd_decompositions.apply(gm)  # (before AOT autograd differentiates the graph)
     # Runtime libraries build on another core while AOT autograd traces (a cold cache).
     executor.backend.prewarm(attention=any(
         getattr(n.target, "__name__", "") in _ATTENTION_TARGETS for n in gm.graph.nodes))

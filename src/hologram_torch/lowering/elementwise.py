@@ -47,9 +47,18 @@ def _logical(kind: str) -> Callable[..., Var]:
 #: The dtypes bitwise ops and shifts compute in. Integer tensors ride in f64 between
 #: ops (exact to 2**53); a bitwise op casts them to their own width first, so ~, the
 #: shifts' wrap-around and their saturation are int32's or int64's. Narrower integers
-#: (whose ~ and shifts wrap at 8 or 16 bits) are left to PyTorch.
+#: (whose shifts wrap at 8 or 16 bits) are left to PyTorch, but for the ops whose bits
+#: do not depend on the width (:data:`_NARROW_OPS`).
 _BITWISE_DTYPES: dict[torch.dtype, dtypes.DType] = {
     torch.int32: dtypes.i32, torch.int64: dtypes.i64, torch.bool: dtypes.boolean}
+#: Narrower integers' bitwise ops that computed in int32 give the narrow result: and,
+#: or and xor of sign- (or zero-) extended values keep the narrow value's range, as
+#: does ~ of a signed one (PyTorch's grid_sample decomposition reflects coordinates
+#: with an int8 ``& 1``); ~ of uint8 (255 - x, not -x - 1) and the shifts are not.
+_NARROW_OPS: dict[torch.dtype, frozenset[Op]] = {
+    torch.int8: frozenset({Op.AND, Op.OR, Op.XOR, Op.NOT}),
+    torch.int16: frozenset({Op.AND, Op.OR, Op.XOR, Op.NOT}),
+    torch.uint8: frozenset({Op.AND, Op.OR, Op.XOR})}
 
 
 def _bitwise(op: Op) -> Callable[..., Var]:
@@ -61,9 +70,12 @@ def _bitwise(op: Op) -> Callable[..., Var]:
     def tr(ctx: Ctx, a: Any, b: Any = None) -> Var:
         info = ctx.first_out
         d = _BITWISE_DTYPES.get(info.dtype)
+        if d is None and op in _NARROW_OPS.get(info.dtype, ()):
+            d = dtypes.i32
         if d is None:
             raise Unsupported(f"bitwise {op} on {info.dtype} (int32, int64 and bool are "
-                              "translated)")
+                              "translated; int8, int16 and uint8 for and, or, xor and "
+                              "the signed ones' not)")
         x = as_var(a, d)
         r = unary_op(op, x) if b is None else binary_op(op, x, as_var(b, d))
         return r.cast(ctx.out_dtype)

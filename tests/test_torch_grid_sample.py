@@ -1,0 +1,79 @@
+"""``F.grid_sample`` in hologram programs: its forward as PyTorch's decomposition
+(GATHERed corners, weights, sums), and, for bilinear and bicubic sampling, its backward
+too, from the decomposition's parts (``hologram_torch/autograd_decompositions.py``)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import hologram_torch  # noqa: E402,F401  (registers backend="hologram")
+from hologram_torch.compile_backend import collect_graphs  # noqa: E402
+
+F = torch.nn.functional
+
+
+def _inputs(seed: int, contiguous: bool = True):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 3, 5, 6, dtype=torch.float64, generator=gen)
+    if not contiguous:
+        x = x.transpose(2, 3).contiguous().transpose(2, 3)
+    # positions inside, on the border and past it (padding modes differ there)
+    g = torch.rand(2, 4, 3, 2, dtype=torch.float64, generator=gen) * 2.4 - 1.2
+    return x.requires_grad_(), g.requires_grad_()
+
+
+@pytest.mark.parametrize("mode,padding,align_corners", list(itertools.product(
+    ("bilinear", "bicubic"), ("zeros", "border", "reflection"), (False, True))))
+def test_grid_sample_forward_and_backward_in_hologram(mode, padding, align_corners):
+    """Values and both gradients (input and grid) are eager's in float64 (the input
+    contiguous, or transposed in memory where ``align_corners``), and no op runs in
+    PyTorch."""
+    def f(x, g):
+        return F.grid_sample(x, g, mode, padding, align_corners)
+
+    x, g = _inputs(len(mode) + len(padding) + align_corners, not align_corners)
+    torch._dynamo.reset()
+    with collect_graphs() as graphs:
+        y = torch.compile(f, backend="hologram")(x, g)
+        gy = torch.randn_like(y)
+        got = torch.autograd.grad(y, (x, g), gy)
+    want_y = f(x, g)
+    want = torch.autograd.grad(want_y, (x, g), gy)
+    assert [op for gr in graphs for op, _ in gr.torch_ops] == []
+    assert {gr.kind for gr in graphs} >= {"forward", "backward"}
+    torch.testing.assert_close(y, want_y, rtol=1e-12, atol=1e-12)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+def test_grid_sample_keeps_nan_and_inf_of_the_input():
+    x, g = _inputs(3)
+    x = x.detach().clone()
+    x[0, 0, 1, 1], x[1, 2, 3, 4] = float("nan"), float("inf")
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, g: F.grid_sample(x, g, align_corners=True),
+                      backend="hologram")
+    with torch.no_grad():
+        torch.testing.assert_close(f(x, g.detach()), F.grid_sample(x, g.detach(),
+                                                                   align_corners=True),
+                                   rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_nearest_grid_sample_keeps_the_op_backward():
+    """Nearest sampling's grid has a zero gradient in eager, not None: its forward runs
+    in hologram (AOT autograd's decomposition), its backward stays ATen's op."""
+    x, g = _inputs(4)
+    torch._dynamo.reset()
+    with collect_graphs() as graphs:
+        y = torch.compile(lambda x, g: F.grid_sample(x, g, "nearest", align_corners=False),
+                          backend="hologram")(x, g)
+        y.sum().backward()
+    assert g.grad is not None and not g.grad.any()
+    ran = {gr.kind: [op for op, _ in gr.torch_ops] for gr in graphs}
+    assert ran["forward"] == [] and ran["backward"] == ["aten.grid_sampler_2d_backward"]
+    torch.testing.assert_close(y, F.grid_sample(x, g, "nearest", align_corners=False),
+                               rtol=0, atol=0)
