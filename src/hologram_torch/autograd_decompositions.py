@@ -10,6 +10,8 @@ traces it, the call runs PyTorch's own decomposition (``torch._decomp``): corner
 GATHERed at the grid's positions, weights, selects and sums, whose backward ops
 (scatter-adds, products) are in hologram's table. The values are the decomposition's
 (PyTorch's reference for the op, checked against eager in float64 by the tests).
+``embedding_bag``, which has no decomposition in PyTorch, is written here the same way
+(:func:`_bag`).
 
 One row per function dynamo records (:data:`ROWS`); a row returns the replacement or
 None to keep the call (a form the decomposition does not cover).
@@ -50,9 +52,73 @@ def _grid_sample(node: torch.fx.Node) -> Callable[..., Any] | None:
     return sample
 
 
+def _bag(input: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor | None = None,
+         max_norm: float | None = None, norm_type: float = 2.0,
+         scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+         per_sample_weights: torch.Tensor | None = None, include_last_offset: bool = False,
+         padding_idx: int | None = None) -> torch.Tensor:
+    """F.embedding_bag as rows GATHERed and summed into their bags (``index_add``) or
+    their maximum taken (``scatter_reduce``), so that autograd's backward is a
+    SCATTER_ADD of the bags' gradients at the rows: ATen's ``_embedding_bag`` and its
+    backward have no translation. A bag with no element (or only ``padding_idx``
+    rows) is zeros, as in eager; the mean divides by the rows that are not padding."""
+    if input.dim() == 2:
+        nb, per_bag = input.shape
+        flat = input.reshape(-1)
+        bags = torch.arange(flat.numel(), device=input.device) // max(per_bag, 1)
+        if per_sample_weights is not None:
+            per_sample_weights = per_sample_weights.reshape(-1)
+    else:
+        assert offsets is not None
+        flat = input
+        nb = offsets.numel() - int(include_last_offset)
+        starts = offsets[:nb]
+        # an element's bag: how many bags start at or before it, less one (an element
+        # before offsets[0], which eager refuses, gets -1: an index error)
+        bags = torch.searchsorted(starts, torch.arange(flat.numel(), device=input.device),
+                                  right=True) - 1
+    dim = weight.shape[1]
+    rows = weight[flat]
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights.unsqueeze(1)
+    kept = torch.ones_like(flat, dtype=weight.dtype)
+    if padding_idx is not None:
+        pad = padding_idx % weight.shape[0] if padding_idx < 0 else padding_idx
+        keep = flat != pad
+        kept = keep.to(weight.dtype)
+        rows = torch.where(keep.unsqueeze(1), rows, 0.0 if mode != "max" else float("-inf"))
+    count = weight.new_zeros(nb).index_add(0, bags, kept)
+    if mode == "max":
+        base = weight.new_zeros(nb, dim)
+        out = base.scatter_reduce(0, bags.unsqueeze(1).expand(-1, dim), rows, "amax",
+                                  include_self=False)
+        return torch.where(count.unsqueeze(1) > 0, out, 0.0)
+    out = weight.new_zeros(nb, dim).index_add(0, bags, rows)
+    if mode == "mean":
+        out = out / count.clamp_min(1.0).unsqueeze(1)
+    return out
+
+
+def _embedding_bag(node: torch.fx.Node) -> Callable[..., Any] | None:
+    """F.embedding_bag without ``max_norm`` (it renormalizes the weight in place),
+    ``scale_grad_by_freq`` or ``sparse`` gradients, in sum, mean or max mode."""
+    names = ("input", "weight", "offsets", "max_norm", "norm_type", "scale_grad_by_freq",
+             "mode", "sparse", "per_sample_weights", "include_last_offset", "padding_idx")
+    bound = {**dict(zip(names, node.args, strict=False)), **node.kwargs}
+    example = getattr(bound.get("input"), "meta", {}).get("example_value")
+    weight = getattr(bound.get("weight"), "meta", {}).get("example_value")
+    if example is None or weight is None or weight.dim() != 2 or example.dim() not in (1, 2) \
+            or bound.get("max_norm") is not None or bound.get("scale_grad_by_freq") \
+            or bound.get("sparse") or bound.get("mode", "mean") not in ("sum", "mean", "max") \
+            or (example.dim() == 1) != (bound.get("offsets") is not None):
+        return None  # eager's checks and errors, or a form not covered: the op
+    return _bag
+
+
 #: The function dynamo's node calls -> the row deciding its replacement.
 ROWS: dict[Any, Callable[[torch.fx.Node], Callable[..., Any] | None]] = {
     F.grid_sample: _grid_sample,
+    F.embedding_bag: _embedding_bag,
 }
 
 
