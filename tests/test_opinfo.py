@@ -80,6 +80,7 @@ WHOLLY_IN_HOLOGRAM = (
     "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d",
     "nn.functional.adaptive_max_pool1d", "nn.functional.adaptive_max_pool2d",
     "nn.functional.adaptive_max_pool3d", "nn.functional.max_pool3d",
+    "nn.functional.adaptive_avg_pool3d",
     "nn.functional.max_unpool1d", "nn.functional.max_unpool2d", "nn.functional.max_unpool3d",
     # rewritten above autograd (hologram_torch/autograd_decompositions.py)
     "nn.functional.embedding_bag",

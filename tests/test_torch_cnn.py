@@ -40,6 +40,8 @@ POOLS = {
         x.reshape(2, 3, 72), 7),
     "adaptive max 3-D": lambda x: F.adaptive_max_pool3d(x.reshape(2, 3, 2, 4, 9), (1, 3, 4)),
     "max 3-D 2 s1 p1": lambda x: F.max_pool3d(x.reshape(2, 3, 2, 4, 9), 2, 1, 1),
+    "adaptive avg 3-D, overlapping windows": lambda x: F.adaptive_avg_pool3d(
+        x.reshape(2, 3, 2, 4, 9), (2, 3, 4)),
 }
 
 

@@ -191,6 +191,28 @@ def _adaptive_weights(n: int, o: int, d: dtypes.DType) -> Var:
     return inside.where((end - start).recip(), 0.0)
 
 
+def _adaptive_avg_pool(nd: int) -> Callable[..., Var]:
+    """An adaptive average pool as products with each spatial dim's window matrix
+    (:func:`_adaptive_weights`, transposed): the 3-D pool, which PyTorch does not
+    decompose (the 2-D one runs as its decomposition: an average pool where the sizes
+    divide, GATHERs otherwise)."""
+    def run(ctx: Ctx, x: Var, output_size: Sequence[int]) -> Var:
+        d = ctx.out_dtype
+        if 0 in x.shape or 0 in tuple(ctx.out_shape):
+            return Var(const(0, d, ctx.out_shape))
+        y = x.cast(d)
+        lead = y.ndim - nd
+        for k in range(nd):
+            ax = lead + k
+            n, o = y.shape[ax], ctx.out_shape[ax]
+            a = _adaptive_weights(n, o, d)  # [o, n]
+            perm = [*range(ax), *range(ax + 1, y.ndim), ax]
+            moved = y.permute(perm) @ a.permute((1, 0))  # the pooled axis last, now o
+            y = moved.permute([perm.index(q) for q in range(y.ndim)])
+        return y
+    return run
+
+
 def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
     """The gradient of an adaptive average pool: per spatial dim, a product with the
     window-membership matrix over each window's length (:func:`_adaptive_weights`);
@@ -213,49 +235,88 @@ def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
     return run
 
 
+def _adaptive_taps(x: Var, nd: int, outs: tuple[int, ...]
+                   ) -> tuple[Var, list[tuple[Var, Var, Var]], Var]:
+    """The windows of an adaptive pool of ``x [..., *sizes]`` to ``outs`` as taps: output
+    ``j`` of a dim of ``n`` inputs and ``o`` outputs takes ATen's window
+    ``[floor(j n / o), ceil((j + 1) n / o))``. Windows differ in length, so each tap of
+    the longest window is a GATHER at a position clamped to the window's last element,
+    with whether the tap is inside its window. Returns (``x`` as ``[planes, positions]``,
+    one (values ``[planes, P]``, flat positions ``[1, P]``, inside ``[1, P]``) per tap,
+    each window's element count ``[1, P]``), ``P`` the output positions, all f64 but
+    the values."""
+    lead = x.ndim - nd
+    sizes = x.shape[lead:]
+    planes = math.prod(x.shape[:lead])
+    p = math.prod(outs)
+    flat_x = x.reshape((planes, math.prod(sizes)))
+    inner = [math.prod(sizes[i + 1:]) for i in range(nd)]
+    starts, ends, longest = [], [], []
+    count: Var | None = None
+    for i, (n, o) in enumerate(zip(sizes, outs, strict=True)):
+        j = Var(b.iota(outs, i, dtypes.f64))
+        starts.append(Var(b.unary(Op.FLOOR, (j * float(n) / float(o)).v)))
+        ends.append(Var(b.unary(Op.CEIL, ((j + 1.0) * float(n) / float(o)).v)))
+        longest.append(max(-(-(k + 1) * n // o) - (k * n // o) for k in range(o)))
+        length = ends[i] - starts[i]
+        count = length if count is None else count * length
+    assert count is not None
+    taps = []
+    for offs in itertools.product(*(range(m) for m in longest)):
+        at: Var | None = None
+        inside: Var | None = None
+        for i, t in enumerate(offs):
+            want = starts[i] + float(t)
+            pos = want.minimum(ends[i] - 1.0) * float(inner[i])
+            ok = want < ends[i]
+            at = pos if at is None else at + pos
+            inside = ok if inside is None else and_(inside, ok)
+        assert at is not None and inside is not None
+        flat_at = at.reshape((1, p))
+        v = flat_x.gather(flat_at.cast(dtypes.i64).expand((planes, p)), 1)
+        taps.append((v, flat_at, inside.reshape((1, p))))
+    return flat_x, taps, count.reshape((1, p))
+
+
 def _adaptive_max_pool(nd: int) -> Callable[..., tuple[Var, Var]]:
-    """An adaptive max pool and its indices: output ``j`` of a dim of ``n`` inputs and
-    ``o`` outputs takes ATen's window ``[floor(j n / o), ceil((j + 1) n / o))``. The
-    windows differ in length, so each of the longest window's taps is a GATHER at a
-    position clamped to the window's last element (a repeat never wins: ATen's rule,
-    as in the fixed pool above, takes a later element only when greater or NaN, and a
-    repeated NaN names the same index)."""
+    """An adaptive max pool and its indices over :func:`_adaptive_taps` (a tap clamped
+    to its window's last element repeats it, which never wins: ATen's rule, as in the
+    fixed pool above, takes a later element only when greater or NaN, and a repeated
+    NaN names the same index)."""
     def run(ctx: Ctx, x: Var, output_size: Sequence[int]) -> tuple[Var, Var]:
         d = ctx.out_dtype
         shape = tuple(ctx.out[0].shape)
         ishape = tuple(ctx.out[1].shape)
         if math.prod(shape) == 0:
             return Var(const(0, d, shape)), Var(const(0, dtypes.f64, ishape))
-        lead = x.ndim - nd
-        sizes = x.shape[lead:]
-        outs = tuple(shape[lead:])
-        planes = math.prod(x.shape[:lead])
-        flat_x = x.cast(d).reshape((planes, math.prod(sizes)))
-        inner = [math.prod(sizes[i + 1:]) for i in range(nd)]
-        starts, ends, longest = [], [], []
-        for i, (n, o) in enumerate(zip(sizes, outs, strict=True)):
-            j = Var(b.iota(outs, i, dtypes.f64))
-            starts.append(Var(b.unary(Op.FLOOR, (j * float(n) / float(o)).v)))
-            ends.append(Var(b.unary(Op.CEIL, ((j + 1.0) * float(n) / float(o)).v)))
-            longest.append(max(-(-(k + 1) * n // o) - (k * n // o) for k in range(o)))
-        best: Var | None = None
-        idx: Var | None = None
-        for taps in itertools.product(*(range(m) for m in longest)):
-            at: Var | None = None
-            for i, t in enumerate(taps):
-                pos = (starts[i] + float(t)).minimum(ends[i] - 1.0) * float(inner[i])
-                at = pos if at is None else at + pos
-            assert at is not None
-            flat_at = at.reshape((1, math.prod(outs)))
-            v = flat_x.gather(flat_at.cast(dtypes.i64).expand((planes, math.prod(outs))), 1)
-            if best is None or idx is None:
-                best, idx = v, flat_at.expand(v.shape)
-                continue
+        _, taps, _ = _adaptive_taps(x.cast(d), nd, tuple(shape[x.ndim - nd:]))
+        best, idx = taps[0][0], taps[0][1].expand(taps[0][0].shape)
+        for v, at, _ in taps[1:]:
             win = or_(v > best, not_(v.eq(v)))
             best = v.maximum(best)
-            idx = win.where(flat_at.expand(v.shape), idx)
-        assert best is not None and idx is not None
+            idx = win.where(at.expand(v.shape), idx)
         return best.reshape(shape), idx.reshape(ishape)
+    return run
+
+
+def _adaptive_avg_pool(nd: int) -> Callable[..., Var]:
+    """An adaptive average pool over :func:`_adaptive_taps`: the taps inside each window
+    summed (selected, not multiplied by a mask, so a NaN or inf stays in its own
+    windows) over its count. The 3-D pool, which PyTorch does not decompose (the 2-D
+    one runs as its decomposition: an average pool where the sizes divide, GATHERs
+    otherwise)."""
+    def run(ctx: Ctx, x: Var, output_size: Sequence[int]) -> Var:
+        d = ctx.out_dtype
+        shape = tuple(ctx.out_shape)
+        if 0 in x.shape or 0 in shape:
+            return Var(const(0, d, shape))
+        _, taps, count = _adaptive_taps(x.cast(d), nd, tuple(shape[x.ndim - nd:]))
+        total: Var | None = None
+        for v, _, inside in taps:
+            term = inside.expand(v.shape).where(v, 0.0)
+            total = term if total is None else total + term
+        assert total is not None
+        return (total / count.cast(d)).reshape(shape)
     return run
 
 
@@ -281,6 +342,7 @@ def _max_pool_backward(nd: int) -> Callable[..., Var]:
 
 # One row per ATen op (overload packet).
 ROWS: dict[Any, Callable[..., Any]] = {
+    aten._adaptive_avg_pool3d: _adaptive_avg_pool(3),
     aten.adaptive_max_pool2d: _adaptive_max_pool(2),
     aten.adaptive_max_pool3d: _adaptive_max_pool(3),
     aten.max_pool3d_with_indices_backward: _max_pool_backward(3),
