@@ -21,7 +21,8 @@ decomposition (a GATHER of the windows at IOTA-computed indices, in f64) ran Res
 stem pool 5-7x slower (docs/perf.md, "Session 11, CNN"). Its backward stays PyTorch's
 decomposition: a SCATTER_ADD; the 3-D pool's and the adaptive max pools' backward is
 the same SCATTER_ADD written here (:func:`_max_pool_backward`); an adaptive max pool's
-forward is GATHERed taps of its windows (:func:`_adaptive_max_pool`).
+forward, and the 3-D adaptive average pool's, are GATHERed taps of their windows
+(:func:`_adaptive_taps`).
 
 One translator per ATen op, ``ROWS`` maps each op to it (see
 :mod:`hologram_torch.lowering` for how a translator is written)."""
@@ -191,28 +192,6 @@ def _adaptive_weights(n: int, o: int, d: dtypes.DType) -> Var:
     return inside.where((end - start).recip(), 0.0)
 
 
-def _adaptive_avg_pool(nd: int) -> Callable[..., Var]:
-    """An adaptive average pool as products with each spatial dim's window matrix
-    (:func:`_adaptive_weights`, transposed): the 3-D pool, which PyTorch does not
-    decompose (the 2-D one runs as its decomposition: an average pool where the sizes
-    divide, GATHERs otherwise)."""
-    def run(ctx: Ctx, x: Var, output_size: Sequence[int]) -> Var:
-        d = ctx.out_dtype
-        if 0 in x.shape or 0 in tuple(ctx.out_shape):
-            return Var(const(0, d, ctx.out_shape))
-        y = x.cast(d)
-        lead = y.ndim - nd
-        for k in range(nd):
-            ax = lead + k
-            n, o = y.shape[ax], ctx.out_shape[ax]
-            a = _adaptive_weights(n, o, d)  # [o, n]
-            perm = [*range(ax), *range(ax + 1, y.ndim), ax]
-            moved = y.permute(perm) @ a.permute((1, 0))  # the pooled axis last, now o
-            y = moved.permute([perm.index(q) for q in range(y.ndim)])
-        return y
-    return run
-
-
 def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
     """The gradient of an adaptive average pool: per spatial dim, a product with the
     window-membership matrix over each window's length (:func:`_adaptive_weights`);
@@ -236,15 +215,14 @@ def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
 
 
 def _adaptive_taps(x: Var, nd: int, outs: tuple[int, ...]
-                   ) -> tuple[Var, list[tuple[Var, Var, Var]], Var]:
+                   ) -> tuple[list[tuple[Var, Var, Var]], Var]:
     """The windows of an adaptive pool of ``x [..., *sizes]`` to ``outs`` as taps: output
     ``j`` of a dim of ``n`` inputs and ``o`` outputs takes ATen's window
     ``[floor(j n / o), ceil((j + 1) n / o))``. Windows differ in length, so each tap of
     the longest window is a GATHER at a position clamped to the window's last element,
-    with whether the tap is inside its window. Returns (``x`` as ``[planes, positions]``,
-    one (values ``[planes, P]``, flat positions ``[1, P]``, inside ``[1, P]``) per tap,
-    each window's element count ``[1, P]``), ``P`` the output positions, all f64 but
-    the values."""
+    with whether the tap is inside its window. Returns (one (values ``[planes, P]``,
+    flat positions ``[1, P]`` in f64, inside ``[1, P]``) per tap, each window's element
+    count ``[1, P]`` in f64), ``P`` the output positions."""
     lead = x.ndim - nd
     sizes = x.shape[lead:]
     planes = math.prod(x.shape[:lead])
@@ -275,7 +253,7 @@ def _adaptive_taps(x: Var, nd: int, outs: tuple[int, ...]
         flat_at = at.reshape((1, p))
         v = flat_x.gather(flat_at.cast(dtypes.i64).expand((planes, p)), 1)
         taps.append((v, flat_at, inside.reshape((1, p))))
-    return flat_x, taps, count.reshape((1, p))
+    return taps, count.reshape((1, p))
 
 
 def _adaptive_max_pool(nd: int) -> Callable[..., tuple[Var, Var]]:
@@ -289,7 +267,7 @@ def _adaptive_max_pool(nd: int) -> Callable[..., tuple[Var, Var]]:
         ishape = tuple(ctx.out[1].shape)
         if math.prod(shape) == 0:
             return Var(const(0, d, shape)), Var(const(0, dtypes.f64, ishape))
-        _, taps, _ = _adaptive_taps(x.cast(d), nd, tuple(shape[x.ndim - nd:]))
+        taps, _ = _adaptive_taps(x.cast(d), nd, tuple(shape[x.ndim - nd:]))
         best, idx = taps[0][0], taps[0][1].expand(taps[0][0].shape)
         for v, at, _ in taps[1:]:
             win = or_(v > best, not_(v.eq(v)))
@@ -310,7 +288,7 @@ def _adaptive_avg_pool(nd: int) -> Callable[..., Var]:
         shape = tuple(ctx.out_shape)
         if 0 in x.shape or 0 in shape:
             return Var(const(0, d, shape))
-        _, taps, count = _adaptive_taps(x.cast(d), nd, tuple(shape[x.ndim - nd:]))
+        taps, count = _adaptive_taps(x.cast(d), nd, tuple(shape[x.ndim - nd:]))
         total: Var | None = None
         for v, _, inside in taps:
             term = inside.expand(v.shape).where(v, 0.0)
