@@ -30,14 +30,23 @@ _MODES = {"bilinear": 0, "bicubic": 2}
 _PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
 
 
+def _bound(node: torch.fx.Node, names: tuple[str, ...]) -> dict[str, Any]:
+    """The call's arguments by name (positional ones named in order)."""
+    return {**dict(zip(names, node.args, strict=False)), **node.kwargs}
+
+
+def _example(arg: Any) -> Any:
+    """The tensor dynamo traced for an argument node (None for anything else)."""
+    return getattr(arg, "meta", {}).get("example_value")
+
+
 def _grid_sample(node: torch.fx.Node) -> Callable[..., Any] | None:
     """F.grid_sample of a 4-D input in bilinear or bicubic mode. Nearest is left to the
     op: its grid has no gradient (eager's backward gives zeros), where a decomposition
     would leave the grid out of the graph and its ``.grad`` None."""
-    names = ("input", "grid", "mode", "padding_mode", "align_corners")
-    bound = {**dict(zip(names, node.args, strict=False)), **node.kwargs}
+    bound = _bound(node, ("input", "grid", "mode", "padding_mode", "align_corners"))
     mode, padding = bound.get("mode", "bilinear"), bound.get("padding_mode", "zeros")
-    example = getattr(bound.get("input"), "meta", {}).get("example_value")
+    example = _example(bound.get("input"))
     if mode not in _MODES or padding not in _PADDINGS or example is None \
             or example.dim() != 4:
         return None
@@ -102,11 +111,10 @@ def _bag(input: torch.Tensor, weight: torch.Tensor, offsets: torch.Tensor | None
 def _embedding_bag(node: torch.fx.Node) -> Callable[..., Any] | None:
     """F.embedding_bag without ``max_norm`` (it renormalizes the weight in place),
     ``scale_grad_by_freq`` or ``sparse`` gradients, in sum, mean or max mode."""
-    names = ("input", "weight", "offsets", "max_norm", "norm_type", "scale_grad_by_freq",
-             "mode", "sparse", "per_sample_weights", "include_last_offset", "padding_idx")
-    bound = {**dict(zip(names, node.args, strict=False)), **node.kwargs}
-    example = getattr(bound.get("input"), "meta", {}).get("example_value")
-    weight = getattr(bound.get("weight"), "meta", {}).get("example_value")
+    bound = _bound(node, ("input", "weight", "offsets", "max_norm", "norm_type",
+                          "scale_grad_by_freq", "mode", "sparse", "per_sample_weights",
+                          "include_last_offset", "padding_idx"))
+    example, weight = _example(bound.get("input")), _example(bound.get("weight"))
     if example is None or weight is None or weight.dim() != 2 or example.dim() not in (1, 2) \
             or bound.get("max_norm") is not None or bound.get("scale_grad_by_freq") \
             or bound.get("sparse") or bound.get("mode", "mean") not in ("sum", "mean", "max") \

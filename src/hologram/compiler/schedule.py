@@ -583,17 +583,18 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
             leaves[id(v)] = frozenset([v])
             continue
         srcs = list({id(s): s for s in v.srcs}.values())
+        cost = {id(s): work[id(s)] if id(s) in work else int(4 * s.size >= v.size)
+                for s in srcs}  # each operand's work per element of v
         deps = frozenset().union(*(leaves.get(id(s), frozenset()) for s in srcs))
         many = readers.get(id(v), 0) - (v.op is not Op.CONCAT)
         own = (CONCAT_PART_WORK * len(v.srcs)
                if v.op is Op.CONCAT and many >= 2 and id(v) not in into_concats
                else int(v.op not in MOVEMENT))
-        w = min(_WORK_CAP, own + sum(
-            work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in srcs))
+        w = min(_WORK_CAP, own + sum(cost.values()))
         nested = max((depth.get(id(s), 0) for s in srcs), default=0) + (v.op is Op.CONCAT)
         waste = 0  # what an inlined select chain computes per element and throws away
         if v.op is Op.CONCAT and id(v) not in into_concats:
-            pw = [work[id(s)] if id(s) in work else int(4 * s.size >= v.size) for s in v.srcs]
+            pw = [cost[id(s)] for s in v.srcs]  # (a part read twice is computed twice)
             waste = sum(pw) - max(pw)
         # (a value whose readers rejoin is computed once where they meet: one reader)
         if v.op not in MOVEMENT and id(v) not in rejoin and (

@@ -181,13 +181,19 @@ def _max_pool_with_indices(nd: int) -> Callable[..., tuple[Var, Var]]:
     return run
 
 
-def _adaptive_weights(n: int, o: int, d: dtypes.DType) -> Var:
-    """``A [o, n]``: ``A[j, i] = 1 / len_j`` where input ``i`` is in adaptive window ``j``
-    (ATen's windows: ``[floor(j n / o), ceil((j + 1) n / o))``), else 0; from IOTAs."""
-    j = Var(b.iota((o, n), 0, d))
-    i = Var(b.iota((o, n), 1, d))
+def _window(j: Var, n: int, o: int) -> tuple[Var, Var]:
+    """(start, end) of adaptive window ``j`` (a float IOTA) of ``o`` over ``n`` inputs:
+    ATen's ``[floor(j n / o), ceil((j + 1) n / o))``."""
     start = Var(b.unary(Op.FLOOR, (j * float(n) / float(o)).v))
     end = Var(b.unary(Op.CEIL, ((j + 1.0) * float(n) / float(o)).v))
+    return start, end
+
+
+def _adaptive_weights(n: int, o: int, d: dtypes.DType) -> Var:
+    """``A [o, n]``: ``A[j, i] = 1 / len_j`` where input ``i`` is in adaptive window ``j``
+    (:func:`_window`), else 0; from IOTAs."""
+    start, end = _window(Var(b.iota((o, n), 0, d)), n, o)
+    i = Var(b.iota((o, n), 1, d))
     inside = and_(not_(i < start), i < end)
     return inside.where((end - start).recip(), 0.0)
 
@@ -216,9 +222,8 @@ def _adaptive_avg_pool_backward(nd: int) -> Callable[..., Var]:
 
 def _adaptive_taps(x: Var, nd: int, outs: tuple[int, ...]
                    ) -> tuple[list[tuple[Var, Var, Var]], Var]:
-    """The windows of an adaptive pool of ``x [..., *sizes]`` to ``outs`` as taps: output
-    ``j`` of a dim of ``n`` inputs and ``o`` outputs takes ATen's window
-    ``[floor(j n / o), ceil((j + 1) n / o))``. Windows differ in length, so each tap of
+    """The windows of an adaptive pool of ``x [..., *sizes]`` to ``outs`` as taps (ATen's
+    windows, :func:`_window`). Windows differ in length, so each tap of
     the longest window is a GATHER at a position clamped to the window's last element,
     with whether the tap is inside its window. Returns (one (values ``[planes, P]``,
     flat positions ``[1, P]`` in f64, inside ``[1, P]``) per tap, each window's element
@@ -232,9 +237,9 @@ def _adaptive_taps(x: Var, nd: int, outs: tuple[int, ...]
     starts, ends, longest = [], [], []
     count: Var | None = None
     for i, (n, o) in enumerate(zip(sizes, outs, strict=True)):
-        j = Var(b.iota(outs, i, dtypes.f64))
-        starts.append(Var(b.unary(Op.FLOOR, (j * float(n) / float(o)).v)))
-        ends.append(Var(b.unary(Op.CEIL, ((j + 1.0) * float(n) / float(o)).v)))
+        start, end = _window(Var(b.iota(outs, i, dtypes.f64)), n, o)
+        starts.append(start)
+        ends.append(end)
         longest.append(max(-(-(k + 1) * n // o) - (k * n // o) for k in range(o)))
         length = ends[i] - starts[i]
         count = length if count is None else count * length
