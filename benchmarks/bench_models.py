@@ -5,6 +5,7 @@ Inductor, OpenVINO (f32) and hologram, side by side.
         [--models gpt2,bert,llama,t5,vit] [--batches 1,8] [--no-train] [--no-gemm] [--no-cold]
         [--backends eager,inductor,openvino,hologram[,hologram-nopack]]
     .venv/bin/python benchmarks/bench_models.py --cnn [--train-size 112] ...
+    .venv/bin/python benchmarks/bench_models.py --dtype bfloat16 --no-train --no-gemm ...
 
 ``--cnn`` runs the CNN rows instead (issue 19): torchvision's ResNet-18 and
 MobileNetV3-small and timm's ConvNeXt-atto (random weights) at 224x224, batch 1 and 8,
@@ -36,6 +37,10 @@ hologram's own row runs on the BLAS ``hologram info`` names (MKL when the ``mkl`
 is installed; ``HOLOGRAM_BLAS=openblas`` for NumPy's), plus a row with the weight
 packed once (MKL only), as the torch.compile backend runs constant weights in
 inference graphs.
+
+``--dtype bfloat16`` (or ``float16``) runs the inference rows with the models' weights
+and float inputs in that dtype (``model.to(dtype)``), as a user who loads a model in
+half precision does; the training rows stay float32.
 
 Targets (issue 17): hologram ahead of eager and of Inductor on every row; hologram's
 cold first call at most a fifth of Inductor's.
@@ -179,6 +184,27 @@ def build_dcgan(nz: int = 100, ngf: int = 64) -> tuple[Any, Callable[[int], dict
     return model, inputs
 
 
+#: The inference rows' dtype (``--dtype``): weights and float inputs are converted to
+#: it; float32 leaves the models as built.
+DTYPE = "float32"
+
+
+def in_dtype(model: Any, make_inputs: Callable[[int], dict[str, Any]], dtype: str
+             ) -> tuple[Any, Callable[[int], dict[str, Any]]]:
+    """``model`` and its inputs in ``dtype`` (integer inputs, token ids and masks, stay)."""
+    import torch
+
+    if dtype == "float32":
+        return model, make_inputs
+    td = getattr(torch, dtype)
+
+    def inputs(batch: int) -> dict[str, Any]:
+        return {k: v.to(td) if v.is_floating_point() else v
+                for k, v in make_inputs(batch).items()}
+
+    return model.to(td), inputs
+
+
 def main_output(out: Any) -> Any:
     import torch
 
@@ -243,11 +269,12 @@ def inference_table(rep: Report, name: str, batch: int, repeat: int,
     caches as earlier rows left them."""
     import torch
 
-    model, make_inputs = build(name)
+    model, make_inputs = in_dtype(*build(name), DTYPE)
     kw = make_inputs(batch)
     title = f"{name} inference, batch {batch}" + (
         "" if name == "vit" else f", {CNN_SIZE}x{CNN_SIZE}" if name in CNNS
-        else ", 64x64 output" if name in GENERATORS else f", seq {SEQ}")
+        else ", 64x64 output" if name in GENERATORS else f", seq {SEQ}") + (
+        "" if DTYPE == "float32" else f", {DTYPE}")
     t = rep.table(title, baseline="eager", unit="ms", extra_cols=("first call s", "rel err"))
     with torch.no_grad():
         ref = main_output(model(**kw))
@@ -289,7 +316,7 @@ def cold_first_call(name: str, backend: str, batch: int) -> float:
         env = {**os.environ, "HOLOGRAM_CACHE_DIR": os.path.join(d, "hologram"),
                "TORCHINDUCTOR_CACHE_DIR": os.path.join(d, "inductor")}
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--cold-one",
-                            f"{name},{backend},{batch}"], env=env, capture_output=True,
+                            f"{name},{backend},{batch},{DTYPE}"], env=env, capture_output=True,
                            text=True, timeout=1800)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("{")]
     if r.returncode != 0 or not lines:
@@ -303,8 +330,8 @@ def _cold_one(spec: str) -> None:
 
     import torch
 
-    name, backend, batch = spec.split(",")
-    model, make_inputs = build(name)
+    name, backend, batch, dtype = spec.split(",")
+    model, make_inputs = in_dtype(*build(name), dtype)
     kw = make_inputs(int(batch))
     if backend == "openvino":
         import openvino.torch  # noqa: F401
@@ -541,8 +568,12 @@ def main() -> None:
     p.add_argument("--no-cold", action="store_true",
                    help="skip the cold first calls (a new process per backend and model, "
                         "empty kernel caches), measured at the first of --batches")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                   help="the inference rows' weights and float inputs (default float32)")
     p.add_argument("--cold-one", help=argparse.SUPPRESS)
     args = p.parse_args()
+    global DTYPE
+    DTYPE = args.dtype
     if args.cold_one:
         from hologram_torch.torchvision_import import import_torchvision
 

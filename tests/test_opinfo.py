@@ -106,8 +106,69 @@ def results() -> dict[str, list[sweep.SampleResult]]:
     return out
 
 
+#: Ops whose 16-bit float samples must match eager and run wholly inside hologram
+#: programs: values carried as f32, every ATen op's result rounded to the dtype
+#: (``hologram_torch.fx_info.HALF``); ``tools/opinfo_sweep.py --dtype`` runs them all.
+HALF_WHOLLY = {
+    "bfloat16": (
+        "add", "sub", "mul", "div.no_rounding_mode", "fmod", "remainder", "pow", "exp",
+        "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "eq", "gt", "where", "clamp",
+        "masked_fill", "sum", "mean", "amax", "argmax", "var", "logsumexp", "softmax",
+        "log_softmax", "nn.functional.layer_norm", "nn.functional.group_norm",
+        "nn.functional.linear", "matmul", "bmm", "addmm", "cat", "nn.functional.cross_entropy",
+        "nn.functional.mse_loss", "nn.functional.gelu", "nn.functional.silu",
+        "nn.functional.relu", "nn.functional.conv2d", "nn.functional.max_pool2d",
+        "nn.functional.avg_pool2d", "nn.functional.embedding", "gather", "index_select",
+        "scatter_reduce.sum", "topk"),
+    "float16": ("add", "mul", "div.no_rounding_mode", "gt", "exp", "softmax",
+                "nn.functional.layer_norm", "nn.functional.linear", "bmm", "sum",
+                "nn.functional.gelu", "nn.functional.conv2d"),
+}
+
+
+@pytest.fixture(scope="module")
+def half_results() -> dict[tuple[str, str], list[sweep.SampleResult]]:
+    out: dict[tuple[str, str], list[sweep.SampleResult]] = {}
+    for dtype, ops in HALF_WHOLLY.items():
+        counts = sweep.sample_counts(ops, SAMPLES, dtype)
+        for op in ops:
+            out[dtype, op] = []
+        pool = sweep.Pool(workers=2, timeout=240, dtype=dtype)
+        for r in pool.run(sweep.tasks_for(counts, SAMPLES)):
+            out[dtype, r.op].append(r)
+    return out
+
+
+@pytest.mark.parametrize(("dtype", "op"), [(d, o) for d, ops in HALF_WHOLLY.items()
+                                           for o in ops])
+def test_half_samples_match_eager_wholly_in_hologram(half_results, dtype, op):
+    rs = half_results[dtype, op]
+    assert rs, f"{op} ({dtype}): no samples ran"
+    for r in rs:
+        assert r.status in ("match", "skip"), (f"{op} ({dtype}) sample {r.index}: "
+                                               f"{r.status} in {r.phase}: {r.detail}")
+        if r.status == "match":
+            assert r.route == "hologram", (f"{op} ({dtype}) sample {r.index} ran "
+                                           f"{r.route}: {r.fallbacks}")
+    assert any(r.status == "match" for r in rs), f"{op} ({dtype}): no sample compared"
+
+
+def test_ties_leave_the_order_of_equal_elements_unspecified():
+    """An unstable sort's indices of tied elements are the implementation's choice: a
+    sort sample whose input has ties and whose indices differ from eager's is skipped
+    (``TIES_UNSPECIFIED``), one without ties is compared as any other."""
+    import torch
+
+    assert sweep._has_ties(torch.tensor([1.0, 2.0, 1.0]))
+    assert not sweep._has_ties(torch.tensor([1.0, 2.0, 3.0]))
+    assert not sweep._has_ties(torch.tensor(1.0))
+    assert {"sort", "argsort", "topk"} <= sweep.TIES_UNSPECIFIED
+
+
 def test_the_subset_names_opinfos():
     assert not set(SUBSET) - set(sweep.opinfos()), "subset ops OpInfo does not have"
+    for dtype, ops in HALF_WHOLLY.items():
+        assert not set(ops) - set(sweep.opinfos(dtype)), f"no {dtype} OpInfo: {ops}"
 
 
 @pytest.mark.parametrize("op", SUBSET)

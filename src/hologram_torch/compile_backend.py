@@ -45,7 +45,7 @@ from hologram.executor import Executor
 from hologram.interop import default_executor
 from hologram.isa import dtypes
 from hologram.isa.builder import Var, ldg, make, stg
-from hologram.isa.dtypes import DType
+from hologram.isa.dtypes import DType, numpy_dtype
 from hologram.isa.opcodes import Op
 from hologram.isa.program import Program
 from hologram.isa.value import Value, contiguous_strides
@@ -56,6 +56,8 @@ from . import autograd_decompositions, cuda_tensors
 from .derived_inputs import DerivedInput, DerivedKey
 from .direct_autograd import compile_training
 from .fx_info import (
+    HALF,
+    HALF_ROUNDS_SCALARS,
     INT_DTYPES,
     ISA_FLOAT,
     STORED,
@@ -78,6 +80,7 @@ from .lowering import (
     decompositions,
     isa_dtype,
     op_name,
+    round_half,
     supported_ops,
     table_row,
 )
@@ -131,13 +134,15 @@ class _Input:
 
 
 def _stored_dtypes(backend: Any) -> dict[torch.dtype, DType]:
-    """The integer and bool dtypes (``fx_info.STORED``) whose tensors a program reads in
-    place on ``backend``: every one where its memory holds them (host and CUDA), none
-    of the 1-byte bool on WebGPU. Read in place, a tensor of class labels or token ids
-    costs the call no host conversion (a NumPy ``astype`` and its Python, ~10 us a
-    call inside a training step: docs/perf.md, session 30)."""
+    """The integer, bool and 16-bit float dtypes (``fx_info.STORED``, ``HALF``) whose
+    tensors a program reads in place on ``backend``: every one where its memory holds
+    them (host and CUDA), none of the 1-byte bool (or bf16, or f16 without the feature)
+    on WebGPU. Read in place, a tensor of class labels or token ids costs the call no
+    host conversion (a NumPy ``astype`` and its Python, ~10 us a call inside a training
+    step: docs/perf.md, session 30). A 16-bit float tensor is read nowhere else: the
+    graph's nodes of a dtype missing here run in PyTorch."""
     stored = {}
-    for td, d in STORED.items():
+    for td, d in (*STORED.items(), *HALF.items()):
         try:
             backend.check_buffer_dtype(d)
         except DTypeError:
@@ -156,6 +161,8 @@ class _Region:
         # Integer and bool inputs read in their own dtype (_stored_dtypes); others of
         # those dtypes are converted on the host at every call.
         self.stored = stored or {}
+        # The 16-bit float dtypes its programs read and write (fx_info.HALF).
+        self.halves = frozenset(td for td in self.stored if td in HALF)
         self.nodes: list[torch.fx.Node] = []
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[_Input] = []
@@ -556,7 +563,7 @@ class _Plan:
         outs = out if isinstance(out, tuple) else (out,)
         for o in outs:
             if isinstance(o, TInfo) and o.dtype not in ISA_FLOAT and o.dtype is not torch.bool \
-                    and o.dtype not in INT_DTYPES:
+                    and o.dtype not in INT_DTYPES and o.dtype not in region.halves:
                 raise Unsupported(f"result dtype {o.dtype}")
         snap = region.snapshot()
         try:
@@ -574,10 +581,11 @@ class _Plan:
                     return type(a)(arg(x) for x in a)
                 return a
 
-            args = [arg(a) for a in node.args]
+            args = _half_scalars(node, [arg(a) for a in node.args], infos)
             kwargs = {k: arg(v) for k, v in node.kwargs.items()}
             result = row(Ctx(node, out, region.derive, region.random_key), *args, **kwargs)
             self._check_result(node, result, out)
+            result = _rounded(result, out)
         except BaseException:
             region.rollback(snap)
             raise
@@ -650,7 +658,10 @@ class _Plan:
         r.mirrors = sorted(mirrors, key=order.__getitem__)
         if not outs:
             return
-        vars_ = [v if v.dtype is not dtypes.boolean else v.cast(dtypes.f32) for _, v, _ in outs]
+        # Bools leave as f32 (the carrier); 16-bit floats in their own dtype.
+        vars_ = [v.cast(HALF[i.dtype]) if isinstance(i, TInfo) and i.dtype in HALF else
+                 v if v.dtype is not dtypes.boolean else v.cast(dtypes.f32)
+                 for _, v, i in outs]
         # Values leave with the strides the trace recorded: a permuted dense layout is
         # stored permuted (PyTorch gets a view); another one is copied into, where
         # PyTorch reads the value (a node it runs, a view it makes, a graph output).
@@ -914,6 +925,15 @@ def draw_seed() -> torch.Tensor:
     return torch.randint(random_bits.SEED_RANGE, (), dtype=torch.int32)
 
 
+def host_numpy(t: torch.Tensor) -> np.ndarray:
+    """A CPU tensor's memory as a NumPy array, no copy. NumPy has no bfloat16 and
+    ``Tensor.numpy()`` refuses it: a bf16 tensor is read through its bits as ml_dtypes'
+    bfloat16 (a DTypeError naming the package where it is missing)."""
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(numpy_dtype(dtypes.bf16, "a bf16 tensor"))
+    return t.numpy()
+
+
 def _host_array(t: torch.Tensor, spec: _Input) -> np.ndarray:
     """The NumPy view (or contiguous copy) of a tensor a program reads.
 
@@ -928,7 +948,7 @@ def _host_array(t: torch.Tensor, spec: _Input) -> np.ndarray:
         t = t.permute(spec.order)  # the traced layout: contiguous again, unless it changed
     if not t.is_contiguous():
         t = t.contiguous()
-    a = t.numpy()
+    a = host_numpy(t)
     if a.shape != spec.shape:
         raise RuntimeError(f"hologram_torch: planned for shape {list(spec.shape)}, "
                            f"got {list(a.shape)}")
@@ -1007,6 +1027,33 @@ def _matrix_macs(gemm: Value) -> int:
     products is as small, for this purpose, as one of them."""
     (*_, m, k), n = gemm.srcs[0].shape, gemm.srcs[1].shape[-1]
     return m * k * n
+
+
+def _half_scalars(node: torch.fx.Node, args: list[Any], infos: dict[torch.fx.Node, Any]
+                  ) -> list[Any]:
+    """``args`` with a Python-number operand rounded to the 16-bit float dtype of the
+    op's tensor operands, where eager's kernel rounds it (``fx_info.HALF_ROUNDS_SCALARS``:
+    ``x > 0.1`` compares with bf16's 0.10009765625, so a value equal to it is not
+    greater). Only the two operand positions; ``alpha`` and the like stay float."""
+    packet = getattr(node.target, "overloadpacket", None)
+    if packet is None or packet.__name__ not in HALF_ROUNDS_SCALARS:
+        return args
+    dts = {infos[a].dtype for a in node.args[:2]
+           if isinstance(a, torch.fx.Node) and isinstance(infos.get(a), TInfo)}
+    if len(dts) != 1 or (td := dts.pop()) not in HALF:
+        return args
+    return [torch.tensor(a, dtype=td).item()
+            if i < 2 and isinstance(a, (int, float)) and not isinstance(a, bool) else a
+            for i, a in enumerate(args)]
+
+
+def _rounded(result: Any, out: Any) -> Any:
+    """A translation's result with each 16-bit float tensor rounded to its dtype."""
+    if isinstance(result, tuple):
+        return tuple(_rounded(r, o) for r, o in zip(result, out, strict=True))
+    if isinstance(result, Var) and isinstance(out, TInfo) and out.dtype in HALF:
+        return round_half(result, out.dtype)
+    return result
 
 
 def _carrier(td: torch.dtype) -> torch.dtype:
@@ -1133,11 +1180,12 @@ def _region_runner(r: _Region, ex: Executor, blas_threads: Any = "auto",
             # check cost as much as a small kernel. No program here uses Φ addressing,
             # so no boundary arena is passed.
             if packer is None:
-                ex.backend.launch(compiled, arrays, [t.numpy() for t in results])
+                ex.backend.launch(compiled, arrays, [host_numpy(t) for t in results])
                 return
             # a site's copy is used only where its array is the tensor's own memory
             packed, keep = packer.addresses(env, [data_pointer(a) for a in arrays])
-            ex.backend.launch(compiled, arrays, [t.numpy() for t in results], packed=packed)
+            ex.backend.launch(compiled, arrays, [host_numpy(t) for t in results],
+                              packed=packed)
 
     new_result = [_host_allocator(shape, carrier) for _, shape, _, carrier in outs]
     # Outputs written into a graph input the program reads (output, input index, the

@@ -45,8 +45,22 @@ INT_DTYPES = frozenset({torch.int64, torch.int32, torch.int16, torch.int8, torch
 STORED: dict[torch.dtype, DType] = {
     torch.int64: dtypes.i64, torch.int32: dtypes.i32, torch.int16: dtypes.i16,
     torch.int8: dtypes.i8, torch.uint8: dtypes.u8, torch.bool: dtypes.boolean}
+#: 16-bit floats: a program reads and writes their memory as it is, but carries the
+#: values as f32 and rounds every ATen op's result to the dtype (``round_half``), as
+#: eager computes each op of such tensors in float and rounds its result. Rounding
+#: after each ISA instruction instead (what an f16/bf16 instruction means) would round
+#: inside an op (a softmax's exponentials, a norm's variance) where eager does not.
+HALF: dict[torch.dtype, DType] = {torch.bfloat16: dtypes.bf16, torch.float16: dtypes.f16}
+#: ATen ops whose CPU kernels round a Python-number operand to a 16-bit float tensor
+#: operand's dtype before computing (``x + 0.1``, ``x > 0.1``: the number becomes a
+#: tensor of the common dtype), where ``mul``, ``div`` and most others compute with it
+#: in float. Measured on torch 2.13 (docs/perf.md, session 35); the translation rounds
+#: such a number the same way (``compile_backend._half_scalars``).
+HALF_ROUNDS_SCALARS = frozenset({"add", "sub", "rsub", "eq", "ne", "lt", "le", "gt", "ge",
+                                 "fmod", "remainder"})
 #: The PyTorch dtype of every ISA dtype a program reads a tensor's memory as.
-TORCH_OF: dict[DType, torch.dtype] = {**TORCH_FLOAT, **{v: k for k, v in STORED.items()}}
+TORCH_OF: dict[DType, torch.dtype] = {**TORCH_FLOAT, **{v: k for k, v in STORED.items()},
+                                      **{v: k for k, v in HALF.items()}}
 
 
 def _info_of(val: Any) -> Any:

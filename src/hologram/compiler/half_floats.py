@@ -43,8 +43,9 @@ class HalfType:
     prelude: str  # definitions the kernels need, emitted once per source when used
 
 
-#: A load of one element of a 16-bit float buffer (``ptr()``'s names: p<slot>_<dtype>).
-LOAD = re.compile(r"p\d+_b?f16(?:_\d+)?\[[^\[\]]*\]")
+#: A load of one element of a 16-bit float buffer (``ptr()``'s names: p<slot>_<dtype>);
+#: its index may read a table (a folded CONCAT's ``t3[tap][0]``: ``render_c.folded_parts``).
+LOAD = re.compile(r"p\d+_b?f16(?:_\d+)?\[(?:[^\[\]]|\[[^\[\]]*\])*\]")
 #: Element-wise templates of 16-bit floats that round inside the instruction, as the
 #: ISA's meaning does: MAD is a product rounded to the dtype, then a sum ({R}: round).
 HALF_TEMPLATES = {Op.MAD: "({R}({0} * {1}) + {2})"}

@@ -73,7 +73,7 @@ from . import (
     segments,
     sorting,
 )
-from .context import Ctx, Unsupported, isa_dtype
+from .context import Ctx, Unsupported, isa_dtype, round_half
 
 __all__ = [
     "ATEN_TABLE",
@@ -86,6 +86,7 @@ __all__ = [
     "decompositions",
     "isa_dtype",
     "op_name",
+    "round_half",
     "supported_ops",
     "table_row",
 ]

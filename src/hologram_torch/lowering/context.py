@@ -18,10 +18,10 @@ import torch.fx
 from hologram.isa import dtypes
 from hologram.isa.builder import Var, const, elementwise
 from hologram.isa.dtypes import DType
-from hologram.isa.opcodes import Op
+from hologram.isa.opcodes import MOVEMENT, Op
 from hologram.isa.value import Value
 
-from ..fx_info import INT_DTYPES, ISA_FLOAT
+from ..fx_info import HALF, INT_DTYPES, ISA_FLOAT
 
 
 class Unsupported(Exception):
@@ -75,15 +75,38 @@ class Ctx:
 
 
 def isa_dtype(td: torch.dtype) -> DType:
-    """The dtype a tensor of ``td`` has inside a program (integers ride in f64)."""
+    """The dtype a tensor of ``td`` has inside a program (integers ride in f64, 16-bit
+    floats in f32: ``fx_info.HALF``)."""
     if td is torch.bool:
         return dtypes.boolean
     if td in INT_DTYPES:
         return dtypes.f64
+    if td in HALF:
+        return dtypes.f32
     d = ISA_FLOAT.get(td)
     if d is None:
         raise Unsupported(f"dtype {td} is not an Atlas ISA dtype the executor runs")
     return d
+
+
+def _holds(v: Value, d: DType, depth: int = 16) -> bool:
+    """Whether every element of f32 ``v`` is a value of 16-bit float ``d`` by
+    construction: ``d`` converted, or views and concatenations of such."""
+    if v.op is Op.CVT:
+        return v.srcs[0].dtype is d
+    if depth > 0 and (v.op in MOVEMENT or v.op is Op.CONCAT):
+        return all(_holds(s, d, depth - 1) for s in v.srcs if s.dtype is v.dtype)
+    return False
+
+
+def round_half(v: Var, td: torch.dtype) -> Var:
+    """``v``, the f32 carrier of an ATen result of 16-bit float dtype ``td``, rounded to
+    it (to nearest even), as eager rounds every op's result (``fx_info.HALF``); a view
+    of a value that holds one already is left alone."""
+    d = HALF[td]
+    if v.dtype is not dtypes.f32 or _holds(v.v, d):
+        return v
+    return v.cast(d).cast(dtypes.f32)
 
 
 def as_var(x: Any, dtype: DType) -> Var:
