@@ -223,3 +223,21 @@ def test_other_executors_round_alike(executor, fresh_dynamo, monkeypatch):
     _in_hologram(graphs)
     assert {g.executor for g in graphs} == {executor}
     torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_random_draws_in_half_precision_stay_in_pytorch(fresh_dynamo):
+    """``rand`` of a half dtype runs in PyTorch (a draw rounded at the op's end could
+    reach 1); dropout's mask is a comparison of f32 draws, and its output is rounded
+    as any op's, so a half dropout runs in the program."""
+    x = torch.ones(64, 64, dtype=torch.bfloat16)
+
+    def f(x):
+        return torch.rand_like(x) * x, torch.nn.functional.dropout(x, 0.5, training=True)
+
+    with collect_graphs() as graphs:
+        u, d = torch.compile(f, backend="hologram")(x)
+    ran = [op for g in graphs for op, why in g.torch_ops]
+    assert ran and all("rand" in op for op in ran), ran
+    assert u.dtype is d.dtype is torch.bfloat16
+    assert bool(((u >= 0) & (u < 1)).all())
+    assert set(d.unique().tolist()) <= {0.0, 2.0} and 0.3 < float((d == 2).float().mean()) < 0.7

@@ -46,8 +46,12 @@ def _key(ctx: Ctx, generator: Any, shape: tuple[int, ...]) -> tuple[Var, int]:
 
 
 def _float_out(ctx: Ctx) -> DType:
+    """The dtype of a random op's draws. 16-bit floats are refused: their values ride
+    in f32 and are rounded at the op's end, which would carry a uniform draw just below
+    1 up to 1 (eager keeps ``rand`` in [0, 1)); dropout's mask is a comparison, not a
+    drawn value, and stays."""
     td = ctx.first_out.dtype
-    if not td.is_floating_point:
+    if not td.is_floating_point or td in (torch.bfloat16, torch.float16):
         raise Unsupported(f"random numbers of dtype {td}")
     return ctx.out_dtype
 
