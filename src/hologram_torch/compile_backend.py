@@ -1042,9 +1042,18 @@ def _half_scalars(node: torch.fx.Node, args: list[Any], infos: dict[torch.fx.Nod
            if isinstance(a, torch.fx.Node) and isinstance(infos.get(a), TInfo)}
     if len(dts) != 1 or (td := dts.pop()) not in HALF:
         return args
-    return [torch.tensor(a, dtype=td).item()
-            if i < 2 and isinstance(a, (int, float)) and not isinstance(a, bool) else a
-            for i, a in enumerate(args)]
+    return [_round_number(a, td) if i < 2 else a for i, a in enumerate(args)]
+
+
+def _round_number(a: Any, td: torch.dtype) -> Any:
+    """Python number ``a`` as eager's half kernels see it: rounded to ``td`` (a number
+    past float's range, which PyTorch itself refuses, is left for the op to report)."""
+    if not isinstance(a, (int, float)) or isinstance(a, bool):
+        return a
+    try:
+        return float(torch.tensor(float(a), dtype=td))
+    except OverflowError:
+        return a
 
 
 def _rounded(result: Any, out: Any) -> Any:
