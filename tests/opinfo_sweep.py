@@ -223,7 +223,7 @@ def _wide(t: Any) -> Any:
     leaf), else ``t``."""
     import torch
 
-    if t.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+    if t.dtype not in {getattr(torch, d) for d in DTYPE_TOL}:
         return t
     return t.detach().to(torch.float64).requires_grad_(t.requires_grad)
 
@@ -551,8 +551,8 @@ def run_sample(op: Any, sample: Any, index: int, *, backward: bool = True,
     status, phase, detail, graphs, eager, by_f64 = check("hologram")
     if status == "mismatch" and op.name in TIES_UNSPECIFIED and _has_ties(sample.input):
         status, detail = "skip", f"{TIES} ({detail[:200]})"
-    route, fallbacks, programs = _route(graphs, eager) if status not in ("error", "skip") \
-        or (graphs and status == "error") else (None, [], 0)
+    routed = status != "skip" and (graphs or status != "error")
+    route, fallbacks, programs = _route(graphs, eager) if routed else (None, [], 0)
     aot = None
     if status in ("mismatch", "error") and check_aot_eager:
         aot = check("aot_eager")[0] != "match"

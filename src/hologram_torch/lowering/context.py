@@ -95,7 +95,7 @@ def _holds(v: Value, d: DType, depth: int = 16) -> bool:
     if v.op is Op.CVT:
         return v.srcs[0].dtype is d
     if depth > 0 and (v.op in MOVEMENT or v.op is Op.CONCAT):
-        return all(_holds(s, d, depth - 1) for s in v.srcs if s.dtype is v.dtype)
+        return all(_holds(s, d, depth - 1) for s in v.srcs)
     return False
 
 

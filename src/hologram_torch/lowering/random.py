@@ -30,6 +30,7 @@ from hologram.isa.builder import Var
 from hologram.isa.dtypes import DType
 from hologram.ops import random_bits
 
+from ..fx_info import HALF
 from .context import Ctx, Unsupported, as_var, isa_dtype
 
 aten = torch.ops.aten
@@ -51,7 +52,7 @@ def _float_out(ctx: Ctx) -> DType:
     1 up to 1 (eager keeps ``rand`` in [0, 1)); dropout's mask is a comparison, not a
     drawn value, and stays."""
     td = ctx.first_out.dtype
-    if not td.is_floating_point or td in (torch.bfloat16, torch.float16):
+    if not td.is_floating_point or td in HALF:
         raise Unsupported(f"random numbers of dtype {td}")
     return ctx.out_dtype
 
