@@ -33,6 +33,7 @@ from ..compiler.schedule import (
     NeedsMaterialize,
     step_operands,
     view_chain,
+    widens_16_bit,
 )
 from ..compiler.temp_memory import TempLayout, plan_temps
 from ..isa.index_errors import index_sites, out_of_range
@@ -302,13 +303,15 @@ class CPUBackend(Backend):
                 for i, st in enumerate(sched.steps):
                     if not isinstance(st, GemmPlan):
                         continue
-                    d = gemm_desc(st.value, sched.buffers, st.out, int64)
+                    d = gemm_desc(st.value, sched.buffers, st.out, int64, narrow=st.narrow)
                     if d is not None:
                         gemms[i] = d
                         continue
-                    copy = unreadable_operand(st.value, sched.buffers)
+                    copy = unreadable_operand(st.value, sched.buffers, narrow=st.narrow)
                     if copy is not None:
                         copies.append(copy)
+                    elif st.narrow is not None:  # read as floats, through np.matmul
+                        copies += [view_chain(s, sched.buffers)[0] for s in st.value.srcs]
             if copies:  # planned again with those views in buffers
                 raise NeedsMaterialize(copies[0], copies[1:])
             return [i for i, d in gemms.items() if d.b.ref.kind == "in" and blas.may_pack(d)]
@@ -316,7 +319,10 @@ class CPUBackend(Backend):
         def render(sched: Any, slots: Any) -> str:
             return render_kernels(sched, slots, C_PRELUDE, gemms, fused)
 
-        low = lower(canon, render, error_slot=True, packed=describe_gemms)
+        narrow = (blas.narrow_dtypes(self.cc) if gemm_rt is not None and
+                  any(v.op is Op.GEMM and widens_16_bit(v) for v in canon.instructions)
+                  else frozenset())
+        low = lower(canon, render, error_slot=True, packed=describe_gemms, narrow=narrow)
         check_no_empty_steps(low)
         if any(d.a.trans or not d.b.trans for d in gemms.values()):  # not x @ W.T
             blas.bind_layouts(self.cc)

@@ -69,6 +69,7 @@ GEMM_DESC_C = f"#define HG_GEMM_MAX_BATCH {MAX_BATCH_DIMS}\n" + r"""
 typedef struct {
   int64_t nb, m, n, k, lda, ldb, ldc, oa, ob, oc;
   int32_t ta, tb, f64, nbd;
+  int32_t narrow;  /* A and B hold 16-bit floats (1: bf16), C float; 0: A, B, C alike */
   int64_t bshape[HG_GEMM_MAX_BATCH], bsa[HG_GEMM_MAX_BATCH], bsb[HG_GEMM_MAX_BATCH],
       bsc[HG_GEMM_MAX_BATCH];
 } hg_gemm_desc;
@@ -133,6 +134,19 @@ PACK_MAX_TILES = 256
 #: made; where MKL's layout is compact (wide tiles) it still is.
 PACK_MAX_GROWTH = 1.5
 
+#: Products whose A and B hold 16-bit floats and whose C is float, by the operands' ISA
+#: dtype: MKL's symbol, and the driver's ``narrow`` code (GEMM_DESC_C). A bf16 graph's
+#: linear layers multiply bf16 weights and activations: read as they are, no float copy
+#: of either is made per call, and MKL's bf16 product runs 1.6-1.9x its sgemm on the
+#: models' shapes on a CPU with AVX-512 BF16 (Zen 4, one thread, GFLOP/s: 128x768x3072
+#: 153 against 90, 1024x768x768 188 against 97, 8x768x768 72 against 57) and 1.3-2.0x
+#: on an AVX2 Zen 3 (docs/perf.md, sessions 35 and 36). The products of two bf16 values
+#: are exact in float and the sums are float's, as in sgemm over widened copies. MKL's
+#: f16 product is not taken: on the Zen 4 (no AVX-512 FP16) it ran 105 and 149 GFLOP/s
+#: against sgemm's 89 and 100 at 128 and 1024 rows but 19 against 56 at 8 rows.
+NARROW_SYMBOLS = {"bf16": "cblas_gemm_bf16bf16f32"}
+NARROW_CODES = {"bf16": 1}
+
 #: The CBLAS ?gemm signatures (LP64 and ILP64) every driver that calls BLAS declares.
 GEMM_TYPES_C = r"""
 typedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *,
@@ -143,6 +157,12 @@ typedef void (*sgemm32_t)(int, int, int, int32_t, int32_t, int32_t, float, const
                           int32_t, const float *, int32_t, float, float *, int32_t);
 typedef void (*dgemm32_t)(int, int, int, int32_t, int32_t, int32_t, double, const double *,
                           int32_t, const double *, int32_t, double, double *, int32_t);
+/* MKL's products of 16-bit operands into float (cblas_gemm_bf16bf16f32), ILP64 */
+typedef void (*ngemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const void *,
+                          int64_t, const void *, int64_t, float, float *, int64_t);
+/* hologram's own (bf16_gemm.py's hg_bgemm): (ta, tb, m, n, k, A, lda, B, ldb, C, ldc) */
+typedef void (*own_ngemm_t)(int, int, int64_t, int64_t, int64_t, const void *, int64_t,
+                            const void *, int64_t, float *, int64_t);
 """
 
 RUNTIME_C = r"""
@@ -150,6 +170,9 @@ RUNTIME_C = r"""
 #include <string.h>
 #include <pthread.h>
 """ + THREADS_C + GEMM_DESC_C + GEMM_TYPES_C + r"""
+/* Bytes of one element of A and B, and of C. */
+static inline int64_t hg_es_ab(const hg_gemm_desc *d) { return d->narrow ? 2 : d->f64 ? 8 : 4; }
+static inline int64_t hg_es_c(const hg_gemm_desc *d) { return d->f64 ? 8 : 4; }
 /* MKL's packed GEMM, ILP64 (cblas_?gemm_pack_get_size_64, _pack_64, _compute_64) */
 typedef size_t (*pack_size_t)(int, int64_t, int64_t, int64_t);
 typedef void (*spack_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
@@ -164,6 +187,10 @@ typedef int (*set_threads_t)(int);
 
 static void *hg_sgemm, *hg_dgemm;
 static void *hg_pack_size[2], *hg_pack[2], *hg_compute[2];  /* [f64]; NULL: no packing */
+/* [narrow]: the product reading 16-bit A and B into float C: hologram's own where bound
+   (hg_narrow_own), else MKL's (ILP64). Whichever library the layout chose, a narrow
+   product calls one of these. */
+static void *hg_narrow_fn[2], *hg_narrow_own[2];
 static set_threads_t hg_set_threads;  /* returns the previous count; NULL: nothing to set */
 static int hg_ilp64;
 /* A BLAS library's ?gemm entry points and integer width. */
@@ -194,6 +221,13 @@ void hg_gemm_init(void *s, void *d, void *set_threads, int ilp64, void *const *p
   }
   if (!registered) pthread_atfork(0, 0, hg_after_fork_in_child);
   registered = 1;
+}
+
+/* The products of 16-bit operands (blas.py narrow_dtypes): MKL's (NARROW_SYMBOLS) and
+   hologram's own, [bf16]. */
+void hg_gemm_narrow(void *bf16, void *own_bf16) {
+  hg_narrow_fn[1] = bf16;
+  hg_narrow_own[1] = own_bf16;
 }
 
 /* A second library for the operand layouts whose bit (1 << (2 ta + tb)) is set in
@@ -233,7 +267,13 @@ static void hg_call_block(const hg_blas_lib *L, const hg_gemm_desc *d, int64_t m
                           const char *a, const char *b, char *c) {
   int ta = d->ta ? 112 : 111, tb = d->tb ? 112 : 111;
   void *const dgemm = L->d, *const sgemm = L->s;
-  if (d->f64) {
+  if (d->narrow && hg_narrow_own[d->narrow]) {
+    ((own_ngemm_t)hg_narrow_own[d->narrow])(d->ta != 0, d->tb != 0, m, n, d->k, a, d->lda,
+                                            b, d->ldb, (float *)c, d->ldc);
+  } else if (d->narrow) {
+    ((ngemm64_t)hg_narrow_fn[d->narrow])(101, ta, tb, m, n, d->k, 1.0f, a, d->lda, b,
+                                          d->ldb, 0.0f, (float *)c, d->ldc);
+  } else if (d->f64) {
     if (L->ilp64) ((dgemm64_t)dgemm)(101, ta, tb, m, n, d->k, 1.0,
         (const double *)a, d->lda, (const double *)b, d->ldb, 0.0, (double *)c, d->ldc);
     else ((dgemm32_t)dgemm)(101, ta, tb, (int32_t)m, (int32_t)n, (int32_t)d->k, 1.0,
@@ -261,16 +301,15 @@ static int hg_wide(const hg_gemm_desc *d) { return d->m >= HG_WIDE_ROWS; }
    product's shape alone, so its result does not depend on timing. */
 static void hg_call(const hg_blas_lib *L, const hg_gemm_desc *d, int64_t m, int64_t n,
                     const char *a, const char *b, char *c) {
-  const size_t es = d->f64 ? 8 : 4;
+  const int64_t es = hg_es_ab(d), esc = hg_es_c(d);
   if (d->k == 0) {  /* an empty sum: BLAS may leave C alone */
-    for (int64_t i = 0; i < m; i++) memset(c + i * d->ldc * es, 0, (size_t)n * es);
+    for (int64_t i = 0; i < m; i++) memset(c + i * d->ldc * esc, 0, (size_t)(n * esc));
     return;
   }
   const int64_t blocks = hg_wide(d) ? 1 : hg_col_blocks(n);
   for (int64_t t = 0; t < blocks; t++) {
     const int64_t lo = n * t / blocks, hi = n * (t + 1) / blocks;
-    hg_call_block(L, d, m, hi - lo, a, b + (d->tb ? lo * d->ldb : lo) * (int64_t)es,
-                  c + lo * (int64_t)es);
+    hg_call_block(L, d, m, hi - lo, a, b + (d->tb ? lo * d->ldb : lo) * es, c + lo * esc);
   }
 }
 
@@ -348,7 +387,8 @@ typedef struct {
 } hg_packed;
 
 static int hg_packable(const hg_gemm_desc *d) {
-  return hg_ilp64 && hg_pack[d->f64] && d->nb == 1 && d->m > 0 && d->n > 0 && d->k > 0;
+  return hg_ilp64 && hg_pack[d->f64] && !d->narrow && d->nb == 1 && d->m > 0 && d->n > 0
+         && d->k > 0;
 }
 
 /* Column tiles for a packed copy made now (hg_tiles_for); 0 when this product cannot
@@ -476,7 +516,7 @@ typedef struct {
 static void hg_tiles_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
   const hg_tiles_ctx *x = (const hg_tiles_ctx *)ctx;
   const hg_gemm_desc *d = x->d;
-  const int64_t es = d->f64 ? 8 : 4, per = x->per, len = x->len;
+  const int64_t es = hg_es_ab(d), esc = hg_es_c(d), per = x->per, len = x->len;
   (void)tid;
   for (int64_t t = t0; t < t1; t++) {
     int64_t bi = t / per, r = t % per, rest = bi, oa = 0, ob = 0, oc = 0;
@@ -487,15 +527,15 @@ static void hg_tiles_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
     }
     int64_t lo = hg_edge(len, r, per, x->rounds), hi = hg_edge(len, r + 1, per, x->rounds);
     const char *a = x->a0 + oa * es, *b = x->b0 + ob * es;
-    char *c = x->c0 + oc * es;
+    char *c = x->c0 + oc * esc;
     if (x->rows) {  /* rows lo..hi of A (row i of A^T is column i of the stored matrix) */
       a += (d->ta ? lo : lo * d->lda) * es;
-      c += lo * d->ldc * es;
+      c += lo * d->ldc * esc;
       hg_call(x->lib, d, hi - lo, d->n, a, b, c);
       if (x->epi) x->epi(x->table, bi * d->m + lo, bi * d->m + hi);  /* tile in cache */
     } else {  /* columns lo..hi of B and C */
       b += (d->tb ? lo * d->ldb : lo) * es;
-      c += lo * es;
+      c += lo * esc;
       hg_call(x->lib, d, d->m, hi - lo, a, b, c);
     }
   }
@@ -511,7 +551,7 @@ static void hg_tiles_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
    ssyrk ran 1.4x *slower* than a plain product on 1024 x 256 here (docs/perf.md,
    session 15), so the strips call ?gemm. */
 static int hg_symmetric(const hg_gemm_desc *d, const void *A, const void *B) {
-  const int64_t es = d->f64 ? 8 : 4;
+  const int64_t es = hg_es_ab(d);
   return d->nb == 1 && d->m == d->n && d->m >= HG_SYM_MIN && d->ta != d->tb &&
          d->lda == d->ldb && d->k > 0 &&
          (const char *)A + d->oa * es == (const char *)B + d->ob * es;
@@ -521,12 +561,12 @@ typedef struct { const hg_gemm_desc *d; const char *a; char *c; int64_t strips; 
 static void hg_sym_chunk(void *ctx, int64_t t0, int64_t t1, int tid) {
   const hg_sym_ctx *x = (const hg_sym_ctx *)ctx;
   const hg_gemm_desc *d = x->d;
-  const int64_t es = d->f64 ? 8 : 4, T = x->strips;
+  const int64_t es = hg_es_ab(d), esc = hg_es_c(d), T = x->strips;
   (void)tid;
   for (int64_t t = t0; t < t1; t++) {
     const int64_t s = T - 1 - t, lo = d->m * s / T, hi = d->m * (s + 1) / T;
     const char *a = x->a + (d->ta ? lo : lo * d->lda) * es;
-    hg_call(hg_layout_lib(d), d, hi - lo, hi, a, x->a, x->c + lo * d->ldc * es);  /* B: 0..hi */
+    hg_call(hg_layout_lib(d), d, hi - lo, hi, a, x->a, x->c + lo * d->ldc * esc);  /* B: 0..hi */
   }
 }
 
@@ -552,11 +592,11 @@ static void hg_mirror_chunk(void *ctx, int64_t b0, int64_t b1, int tid) {
 
 static void hg_gemm_symmetric(const hg_gemm_desc *d, const void *A, void *C,
                               hg_epilogue_fn epi, void **table) {
-  const int64_t es = d->f64 ? 8 : 4, nt = hg_threads_for(d);
+  const int64_t es = hg_es_ab(d), esc = hg_es_c(d), nt = hg_threads_for(d);
   int64_t strips = 4 * nt;
   if (strips > d->m / HG_SYM_MIN_STRIP) strips = d->m / HG_SYM_MIN_STRIP;
   if (strips < 2) strips = 2;
-  hg_sym_ctx x = {d, (const char *)A + d->oa * es, (char *)C + d->oc * es, strips};
+  hg_sym_ctx x = {d, (const char *)A + d->oa * es, (char *)C + d->oc * esc, strips};
   hg_enter();
   hg_par_nt(hg_sym_chunk, &x, strips, 1, nt);
   hg_par_nt(hg_mirror_chunk, &x, (d->m + HG_MIRROR_BLOCK - 1) / HG_MIRROR_BLOCK, 1, nt);
@@ -567,7 +607,7 @@ static void hg_gemm_symmetric(const hg_gemm_desc *d, const void *A, void *C,
 /* The tiles of d (no packed copy, no symmetric shortcut) on library L. */
 static void hg_gemm_tiles(const hg_blas_lib *L, const hg_gemm_desc *d, const void *A,
                           const void *B, void *C, hg_epilogue_fn epi, void **table) {
-  const int64_t es = d->f64 ? 8 : 4;
+  const int64_t es = hg_es_ab(d), esc = hg_es_c(d);
   const int64_t nt = hg_threads_for(d);
   /* Tiles along the longer side of each product; nb * per a multiple of nt (balance).
      One product: two rounds of tiles (hg_edge). Several: whole products when there
@@ -582,7 +622,7 @@ static void hg_gemm_tiles(const hg_blas_lib *L, const hg_gemm_desc *d, const voi
   }
   if (per < 1) per = 1;
   hg_tiles_ctx x = {d, (const char *)A + d->oa * es, (const char *)B + d->ob * es,
-                    (char *)C + d->oc * es, per, len, rows, rounds, epi, table, L};
+                    (char *)C + d->oc * esc, per, len, rows, rounds, epi, table, L};
   hg_enter();
   hg_par_nt(hg_tiles_chunk, &x, d->nb * per, 1, nt);
   hg_leave();
@@ -630,6 +670,8 @@ class Blas:
     name: str = "openblas"
     # MKL's packed GEMM (ILP64): s pack_get_size, s pack, s compute, then the same for d
     pack: tuple[int, int, int, int, int, int] | None = None
+    # (dtype, address) of each product of 16-bit operands into float (NARROW_SYMBOLS)
+    narrow: tuple[tuple[str, int], ...] = ()
 
 
 def _loaded_libraries() -> list[str]:
@@ -829,13 +871,16 @@ def mkl_blas() -> tuple[Blas | None, str]:
     wrong = _mkl_warm_up(sgemm, dgemm)
     if wrong:
         return None, f"{d}: {wrong}"
+    narrow = tuple((t, a) for t, sym in NARROW_SYMBOLS.items()
+                   if (a := _address(lib, f"{sym}_64", sym)) and _narrow_warm_up(a))
     version = ctypes.create_string_buffer(256)
     get_version = _symbol(lib, ["MKL_Get_Version_String"])
     if get_version is not None:
         get_version(version, len(version))
     short = re.search(r"Version (\d[\d.]*)", version.value.decode(errors="replace"))
     found = Blas(os.path.join(d, names[-1]), version.value.decode(errors="replace"), True,
-                 sgemm, dgemm, 0, "mkl", pack if all(pack) else None)  # type: ignore[arg-type]
+                 sgemm, dgemm, 0, "mkl", pack if all(pack) else None,  # type: ignore[arg-type]
+                 narrow)
     how = (f"MKL {short.group(1) if short else '?'} ({d}: sequential, ILP64"
            f"{', packed B' if found.pack else ''})")
     return found, how
@@ -862,6 +907,20 @@ def _mkl_warm_up(sgemm: int, dgemm: int) -> str:
         if list(c) != [1, 2, 3, 4]:
             return f"a 2x2 product gave {list(c)}, not [1, 2, 3, 4]"
     return ""
+
+
+def _narrow_warm_up(address: int) -> bool:
+    """One tiny bf16 product on MKL's ``cblas_gemm_bf16bf16f32`` (ILP64) now, as
+    ``_mkl_warm_up`` does for the float ones; True if it gave the right result."""
+    i = ctypes.c_int64
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i,
+                          ctypes.c_float, ctypes.c_void_p, i, ctypes.c_void_p, i,
+                          ctypes.c_float, ctypes.c_void_p, i)(address)
+    a = (ctypes.c_uint16 * 4)(0x3F80, 0x4000, 0x4040, 0x4080)  # 1, 2, 3, 4
+    b = (ctypes.c_uint16 * 4)(0x3F80, 0, 0, 0x3F80)  # the identity
+    c = (ctypes.c_float * 4)()
+    fn(101, 111, 111, 2, 2, 2, 1.0, a, 2, b, 2, 0.0, c, 2)
+    return list(c) == [1.0, 2.0, 3.0, 4.0]
 
 
 #: The BLAS libraries GEMM can run on, by the name ``HOLOGRAM_BLAS`` takes.
@@ -988,6 +1047,36 @@ def provider() -> tuple[Blas | None, str]:
     return None, "; ".join(missing)
 
 
+def _narrow_blas() -> Blas | None:
+    """The library whose products of 16-bit operands the GEMM driver calls (MKL, the only
+    one with them), whichever library runs the float products; None where MKL is absent
+    or not wanted (``HOLOGRAM_BLAS=openblas``, ``HOLOGRAM_GEMM=numpy``)."""
+    if _numpy_gemm() or _asked_blas() == "openblas":
+        return None
+    found = mkl_blas()[0]
+    return found if found is not None and found.narrow else None
+
+
+@functools.cache
+def narrow_dtypes(cc: Any) -> frozenset[str]:
+    """The operand dtypes whose products ``cc``'s GEMM driver runs reading the 16-bit
+    operands in place: bf16 on hologram's own kernel where the CPU has AVX-512 BF16
+    (``bf16_gemm``: built and bound now, on the first program that has such a product),
+    else on MKL's (``NARROW_SYMBOLS``). The planner then stores a widened value's 16-bit
+    source for a GEMM instead of a float copy (``schedule.plan``)."""
+    from . import bf16_gemm
+
+    lib = _runtime_lib(cc)
+    if lib is None:
+        return frozenset()
+    mkl = dict(n.narrow) if (n := _narrow_blas()) is not None else {}
+    own = bf16_gemm.kernel(cc)
+    if own is not None:
+        lib.hg_gemm_narrow(mkl.get("bf16"), own)
+        return frozenset({"bf16"})
+    return frozenset(mkl)
+
+
 @functools.cache
 def runtime(cc: Any) -> int | None:
     """The address of ``hg_gemm`` compiled by ``cc`` and bound to the chosen BLAS, or None."""
@@ -1056,6 +1145,10 @@ def bind_runtime(lib: Any, blas: Blas, second: Blas | None = None, layouts: int 
     lib.hg_gemm_second.restype = None
     if second is not None and layouts:
         bind_second(lib, second, layouts)
+    lib.hg_gemm_narrow.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.hg_gemm_narrow.restype = None
+    mkl = dict(n.narrow) if (n := _narrow_blas()) is not None else {}
+    lib.hg_gemm_narrow(mkl.get("bf16"), None)  # hologram's own: bound when first needed
     for name, args, res in (("hg_gemm_pack_tiles", [ctypes.c_void_p], ctypes.c_int64),
                             ("hg_gemm_pack_size", [ctypes.c_void_p, ctypes.c_int64],
                              ctypes.c_int64),
@@ -1072,7 +1165,7 @@ class DescStruct(ctypes.Structure):
 
     _fields_ = ([(n, ctypes.c_int64) for n in
                  ("nb", "m", "n", "k", "lda", "ldb", "ldc", "oa", "ob", "oc")]
-                + [(n, ctypes.c_int32) for n in ("ta", "tb", "f64", "nbd")]
+                + [(n, ctypes.c_int32) for n in ("ta", "tb", "f64", "nbd", "narrow")]
                 + [(n, ctypes.c_int64 * MAX_BATCH_DIMS)
                    for n in ("bshape", "bsa", "bsb", "bsc")])
 
@@ -1087,7 +1180,8 @@ def desc_fields(d: GemmDesc) -> dict[str, Any]:
     return {"nb": nb, "m": d.m, "n": d.n, "k": d.k, "lda": d.a.ld, "ldb": d.b.ld,
             "ldc": d.c.ld, "oa": d.a.offset, "ob": d.b.offset, "oc": d.c.offset,
             "ta": int(d.a.trans), "tb": int(d.b.trans), "f64": int(d.dtype == "f64"),
-            "nbd": len(d.batch), "bshape": (*d.batch, *pad),
+            "nbd": len(d.batch), "narrow": NARROW_CODES.get(d.narrow or "", 0),
+            "bshape": (*d.batch, *pad),
             "bsa": (*d.a.batch_strides, *pad), "bsb": (*d.b.batch_strides, *pad),
             "bsc": (*d.c.batch_strides, *pad)}
 
@@ -1107,7 +1201,7 @@ def may_pack(d: GemmDesc) -> bool:
     API, one product (no batch), at least PACK_MIN_M rows, nothing empty."""
     found = provider()[0]
     return (found is not None and found.pack is not None and found.ilp64 and not d.batch
-            and d.m >= PACK_MIN_M and d.n > 0 and d.k > 0)
+            and d.narrow is None and d.m >= PACK_MIN_M and d.n > 0 and d.k > 0)
 
 
 def pack(cc: Any, d: GemmDesc, b_address: int) -> np.ndarray | None:
@@ -1143,4 +1237,12 @@ def describe() -> str:
         names = [lay for lay, i in LAYOUT_INDEX.items() if layouts >> i & 1]
         how += (f"; {', '.join(names)} products on {'MKL' if second.name == 'mkl' else 'OpenBLAS'}"
                 " (measured faster for those operand layouts)")
+    from .bf16_gemm import kernel
+    from .cc import CCompiler
+
+    cc = CCompiler.find()
+    if cc is not None and _runtime_lib(cc) is not None and kernel(cc) is not None:
+        how += "; bf16 operands read as they are by hologram's AVX-512 BF16 kernel"
+    elif cc is not None and _runtime_lib(cc) is not None and _narrow_blas() is not None:
+        how += "; bf16 operands read as they are by MKL"
     return f"hologram's OpenMP tiles over {how}"

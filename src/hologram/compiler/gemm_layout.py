@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..isa.opcodes import Op
 from ..isa.value import Value, contiguous_strides
-from .schedule import BufRef, view_chain
+from .schedule import BufRef, gemm_operand_chain
 
 #: Batch axes the runtime's descriptor has room for (contiguous ones are merged first).
 MAX_BATCH_DIMS = 6
@@ -57,12 +57,16 @@ class GemmDesc:
     a: Operand
     b: Operand
     c: Operand
+    narrow: str | None = None  # A and B hold this 16-bit dtype (C: ``dtype``)
 
 
-def strided(v: Value, buffers: dict[int, BufRef]) -> Strided | None:
+def strided(v: Value, buffers: dict[int, BufRef], narrow: str | None = None
+            ) -> Strided | None:
     """The strided view a chain of movement ops over a buffer amounts to, or None
-    when a reshape would need a copy (NumPy's rule: only reshape contiguous data)."""
-    root, chain = view_chain(v, buffers)
+    when a reshape would need a copy (NumPy's rule: only reshape contiguous data).
+    ``narrow``: read through a widening CVT to its stored 16-bit source
+    (``schedule.gemm_operand_chain``)."""
+    root, chain = gemm_operand_chain(v, buffers, narrow)
     if id(root) not in buffers:
         return None
     ref = buffers[id(root)]
@@ -192,7 +196,8 @@ def _merge_batch(shape: tuple[int, ...], per_operand: list[tuple[int, ...]]
 
 
 def unreadable_operand(v: Value, buffers: dict[int, BufRef],
-                       dtypes: tuple[str, ...] = BLAS_DTYPES) -> Value | None:
+                       dtypes: tuple[str, ...] = BLAS_DTYPES, narrow: str | None = None
+                       ) -> Value | None:
     """The operand of GEMM ``v`` that is a view BLAS cannot read in place (a reshape of a
     permuted buffer that would need a copy, a broadcast matrix), or None.
 
@@ -207,20 +212,24 @@ def unreadable_operand(v: Value, buffers: dict[int, BufRef],
     for s in v.srcs:
         if id(s) in buffers:  # a buffer of its own is contiguous: BLAS reads it
             continue
-        view = strided(s, buffers)
+        view = strided(s, buffers, narrow)
         if view is None or _matrix(view, s.shape[-2], s.shape[-1]) is None:
             return s
     return None
 
 
 def gemm_desc(v: Value, buffers: dict[int, BufRef], out: BufRef,
-              int64: bool, dtypes: tuple[str, ...] = BLAS_DTYPES) -> GemmDesc | None:
+              int64: bool, dtypes: tuple[str, ...] = BLAS_DTYPES,
+              narrow: str | None = None) -> GemmDesc | None:
     """The BLAS-ready description of GEMM ``v`` writing ``out``, or None if BLAS
-    cannot read the operands in place (or ``dtypes``, the library's, lack its dtype)."""
+    cannot read the operands in place (or ``dtypes``, the library's, lack its dtype).
+    ``narrow``: the operands are read in that 16-bit dtype (``GemmPlan.narrow``)."""
     if v.dtype.name not in dtypes:
         return None
-    a, b = (strided(s, buffers) for s in v.srcs)
+    a, b = (strided(s, buffers, narrow) for s in v.srcs)
     if a is None or b is None:
+        return None
+    if narrow is not None and not a.ref.dtype.name == b.ref.dtype.name == narrow:
         return None
     *batch, m, k = a.shape
     n = b.shape[-1]
@@ -241,4 +250,4 @@ def gemm_desc(v: Value, buffers: dict[int, BufRef], out: BufRef,
     return GemmDesc(v.dtype.name, shape, m, n, k,
                     Operand(a.ref, a.offset, la[0], la[1], sa),
                     Operand(b.ref, b.offset, lb[0], lb[1], sb),
-                    Operand(out, c_off, False, max(n, 1), sc))
+                    Operand(out, c_off, False, max(n, 1), sc), narrow)

@@ -15,7 +15,7 @@ from ..isa.dtypes import i64
 from ..isa.index_errors import index_sites, static_index_error
 from ..isa.opcodes import Group, Op, group
 from ..isa.program import Program
-from .operand_layout import gemm_operand_layouts
+from .operand_layout import gemm_operand_layouts, narrow_operand_layouts
 from .schedule import BufRef, GemmPlan, KernelPlan, NeedsMaterialize, Schedule, plan
 
 #: The launch's index-error record (see render_index): [1 + site, bad index], int64.
@@ -78,19 +78,21 @@ def slot_table(sched: Schedule, error_slot: bool = False,
 
 def lower(program: Program, render: Callable[[Schedule, dict[BufRef, int]], str],
           error_slot: bool = False,
-          packed: Callable[[Schedule], Sequence[int]] | None = None) -> Lowered:
+          packed: Callable[[Schedule], Sequence[int]] | None = None,
+          narrow: frozenset[str] = frozenset()) -> Lowered:
     """``error_slot``: the backend passes each launch an index-error record (render_index),
     so kernels report out-of-range indices instead of only clamping them. A program
     with an index into an empty axis cannot run at all: IndexError here. ``packed``:
-    the GEMM steps of a schedule that get a slot for a packed copy of B."""
+    the GEMM steps of a schedule that get a slot for a packed copy of B. ``narrow``: the
+    16-bit dtypes the backend's GEMM reads in place (``schedule.plan``)."""
     err = static_index_error(program.instructions)
     if err is not None:
         raise err
-    program = gemm_operand_layouts(program)
+    program = gemm_operand_layouts(narrow_operand_layouts(program, narrow))
     forced: set[int] = set()
     for _ in range(len(program.instructions) + 2):
         try:
-            sched = plan(program, forced)
+            sched = plan(program, forced, narrow)
             slots, n = slot_table(sched, error_slot, packed(sched) if packed else ())
             return Lowered(sched, slots, render(sched, slots), n, slots.get(ERROR_RECORD))
         except NeedsMaterialize as e:

@@ -15,16 +15,23 @@ the value once, in the layout the GEMM reads.
 It runs when a program is lowered, after canonicalization, whose rules fold reshape
 and permute pairs and would undo it. Only views are added: every backend and the
 reference interpreter read the same values.
+
+``narrow_operand_layouts`` does the same job for a product of two widened 16-bit values
+(``schedule.narrow_operands``): a bf16 graph's attention output reaches its projection as
+``reshape(permute(cvt.f32(x)))``, a copying chain above the widening, so the scheduler
+could only store the float view (and then multiply in float, with a float copy of the
+weight too). Moving the CVT above the chain (it changes no element's position) lets it
+store the 16-bit value in the GEMM's layout instead.
 """
 
 from __future__ import annotations
 
-from ..isa.builder import permute, reshape
+from ..isa.builder import cast, make, permute, reshape
 from ..isa.opcodes import ELEMENTWISE, Op, group
 from ..isa.program import Program
 from ..isa.value import Value
 from .gemm_layout import copying_reshape, walk_views
-from .schedule import only_reader_chain, users_of, view_chain
+from .schedule import only_reader_chain, users_of, view_chain, widened_source
 
 
 def gemm_operand_layouts(program: Program) -> Program:
@@ -97,3 +104,50 @@ def _redirect(program: Program, root: Value, keep: Value, back: Value) -> Progra
             new[id(v)] = Value(v.op, v.dtype, v.shape, srcs, v.attrs)
     outputs = [new.get(id(o), o) for o in program.outputs]
     return Program(outputs, program.inputs, program.name)
+
+
+def narrow_operand_layouts(program: Program, narrow: frozenset[str]) -> Program:
+    """``program`` with the widening CVT of each GEMM operand moved above a copying view
+    chain, for the GEMMs whose two operands both widen values of one dtype in ``narrow``
+    (the 16-bit dtypes the backend's GEMM reads in place); see the module's docstring.
+    Other products keep their form: for one that multiplies in float, a CVT above a
+    transposing chain would be stored as a transposed float copy."""
+    if not narrow:
+        return program
+    new: dict[int, Value] = {}  # id(old value) -> its rebuilt value
+    for v in program.instructions:
+        srcs = [new.get(id(s), s) for s in v.srcs]
+        if v.op is Op.GEMM:
+            srcs = [_widened_last(s, new) or x
+                    for s, x in zip(v.srcs, srcs, strict=True)] if _narrow_pair(v, narrow) \
+                else srcs
+        if any(a is not b for a, b in zip(srcs, v.srcs, strict=True)):
+            new[id(v)] = Value(v.op, v.dtype, v.shape, tuple(srcs), v.attrs)
+    if not new:
+        return program
+    return Program([new.get(id(o), o) for o in program.outputs], program.inputs, program.name)
+
+
+def _narrow_pair(g: Value, narrow: frozenset[str]) -> bool:
+    """Whether both operands of f32 GEMM ``g`` are views of CVTs widening one dtype in
+    ``narrow``."""
+    if g.dtype.name != "f32":
+        return False
+    dtypes = set()
+    for s in g.srcs:
+        src = widened_source(view_chain(s, {})[0])
+        dtypes.add(None if src is None else src.dtype.name)
+    return len(dtypes) == 1 and dtypes <= narrow
+
+
+def _widened_last(s: Value, new: dict[int, Value]) -> Value | None:
+    """Operand ``s`` (views of a widening CVT) as the CVT of the same views over the
+    16-bit source (its rebuilt form in ``new``), when those views copy; else None."""
+    root, chain = view_chain(s, {})
+    if not chain or copying_reshape(root, chain) is None:
+        return None
+    src = widened_source(root)
+    x = new.get(id(src), src)
+    for m in chain:
+        x = make(m.op, [x], dict(m.attrs), x.dtype, m.shape)
+    return cast(x, root.dtype)

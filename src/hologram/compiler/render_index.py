@@ -95,6 +95,10 @@ class IndexKernels:
         """``x`` read at ``idx`` with the gathered axis replaced by the checked index."""
         x, ind = v.srcs
         root = view_root(x, self.sched.buffers)
+        while root.op is Op.CVT and id(root) not in self.sched.buffers:
+            # a conversion is computed at the gathered coordinates: a half graph's bf16
+            # embedding table is gathered row by row, never copied whole into floats
+            root = view_root(root.srcs[0], self.sched.buffers)
         if id(root) not in self.sched.buffers or id(root) in self.computing:
             raise NeedsMaterialize(root)  # read at computed coordinates: needs memory
         axis = v.attr("axis")

@@ -62,10 +62,13 @@ class KernelPlan:
 
 @dataclass
 class GemmPlan:
-    """A library matrix product into ``out``; operands are read through NumPy views."""
+    """A library matrix product into ``out``; operands are read through NumPy views.
+    ``narrow``: the 16-bit dtype both operands are read in, where each is a widening
+    CVT of a stored value of that dtype (``gemm_operand_chain``), else None."""
 
     value: Value
     out: BufRef
+    narrow: str | None = None
 
 
 @dataclass
@@ -144,6 +147,68 @@ def is_view_chain(v: Value, buffers: dict[int, BufRef]) -> bool:
     return id(view_root(v, buffers)) in buffers
 
 
+def widened_source(v: Value) -> Value | None:
+    """The 16-bit float value ``v`` widens to f32 exactly (a CVT), else None."""
+    if v.op is Op.CVT and v.dtype.name == "f32" and v.srcs[0].dtype.name in ("bf16", "f16"):
+        return v.srcs[0]
+    return None
+
+
+def widens_16_bit(g: Value) -> bool:
+    """Whether each operand of GEMM ``g`` is views of a CVT widening a 16-bit float: a
+    product the backend may read in its 16-bit dtype (``narrow_operands``)."""
+    return all(widened_source(view_chain(s, {})[0]) is not None for s in g.srcs)
+
+
+def gemm_operand_chain(s: Value, buffers: dict[int, BufRef], narrow: str | None = None
+                       ) -> tuple[Value, list[Value]]:
+    """(root, views) a GEMM reads operand ``s`` through: ``view_chain``'s, or, for a
+    product read in 16-bit dtype ``narrow`` (``GemmPlan.narrow``), the stored value
+    under the widening CVT at its root and the views on both sides of the CVT (a CVT
+    changes no element's position, so the views apply to its source alike)."""
+    root, chain = view_chain(s, buffers)
+    if narrow is None or id(root) in buffers:
+        return root, chain
+    src = widened_source(root)
+    if src is None or src.dtype.name != narrow:
+        return root, chain
+    inner, below = view_chain(src, buffers)
+    return inner, below + chain
+
+
+def narrow_operands(v: Value, buffers: dict[int, BufRef], narrow: frozenset[str],
+                    users: dict[int, list[Value]]) -> tuple[str, list[Value]] | None:
+    """(dtype, the value to store for each operand) when both operands of f32 GEMM ``v``
+    widen values of one 16-bit dtype in ``narrow`` (what the backend's GEMM reads in
+    place), each through views BLAS reads in place once that value is stored; None where
+    either has a float buffer of its own or another root. The product then reads the
+    16-bit values: no float copy of a bf16 weight or activation is written per call.
+
+    The value to store is the CVT's source, or, where the views under the CVT copy
+    (``operand_layout.narrow_operand_layouts`` moves a copying chain there), the copying
+    RESHAPE, as ``_operand_home`` stores a float operand."""
+    from .gemm_layout import copying_reshape
+
+    if not narrow or v.dtype.name != "f32":
+        return None
+    dtypes, homes = set(), []
+    for s in v.srcs:
+        root, chain = view_chain(s, buffers)
+        src = None if id(root) in buffers else widened_source(root)
+        if src is None or src.dtype.name not in narrow:
+            return None
+        inner, below = view_chain(src, buffers)
+        at = copying_reshape(inner, below + chain)
+        if at is not None:
+            idx = next((i for i, m in enumerate(below) if m is at), None)
+            if chain or idx is None or not only_reader_chain(inner, below[:idx], users):
+                return None
+            inner = at
+        dtypes.add(src.dtype.name)
+        homes.append(inner)
+    return (dtypes.pop(), homes) if len(dtypes) == 1 else None
+
+
 def storage_root(v: Value, buffers: dict[int, BufRef]) -> Value:
     """Follow RESHAPEs of computed values: a reshape's bytes are its source's bytes."""
     while v.op is Op.RESHAPE and id(v.srcs[0]) not in buffers:
@@ -151,8 +216,10 @@ def storage_root(v: Value, buffers: dict[int, BufRef]) -> Value:
     return v
 
 
-def plan(program: Program, forced: set[int]) -> Schedule:
-    """Assign buffers and order the steps; ``forced`` are ids the renderer asked for.
+def plan(program: Program, forced: set[int], narrow: frozenset[str] = frozenset()
+         ) -> Schedule:
+    """Assign buffers and order the steps; ``forced`` are ids the renderer asked for;
+    ``narrow``: the 16-bit dtypes the backend's GEMM reads in place (``narrow_operands``).
 
     Steps come out in program order, which is topological, so every buffer is
     written before a later step reads it.
@@ -186,7 +253,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
         return ref
 
     users = users_of(program)
-    forced |= shared_recomputations(program, users, stored, forced)
+    forced |= shared_recomputations(program, users, stored, forced, narrow)
     forced |= stored_statistics(program, users, stored, forced)
     deferred: list[Value] = []  # forced here: planned again once this pass has found all
     claimed: set[int] = set()  # values a GEMM result is already computed in place of
@@ -202,8 +269,15 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                            BufRef("arena", 0, v.dtype, v.shape, _phi_bytes(phi)))
             copies = stored.get(id(v), [])
         elif v.op is Op.GEMM:
-            for s in v.srcs:
-                if not is_view_chain(s, bufs):
+            narrowed = narrow_operands(v, bufs, narrow, users)
+            narrow_dtype = narrowed[0] if narrowed is not None else None
+            for i, s in enumerate(v.srcs):
+                if narrowed is not None:  # store the 16-bit value under the CVT
+                    inner = narrowed[1][i]
+                    if id(inner) not in bufs:
+                        forced.add(id(inner))
+                        deferred.append(inner)
+                elif not is_view_chain(s, bufs):
                     # Materialize the computed value under the view chain, not the view:
                     # BLAS reads a transposed or batched view in place, while
                     # materializing the view would copy it through a strided loop.
@@ -225,7 +299,7 @@ def plan(program: Program, forced: set[int]) -> Schedule:
                     written[id(u)] = v
             bufs[id(v)] = home(v)
             if v.size:
-                sched.steps.append(GemmPlan(v, bufs[id(v)]))
+                sched.steps.append(GemmPlan(v, bufs[id(v)], narrow_dtype))
             copies = stored.get(id(v), [])[1:]
         elif group(v.op) is Group.ATTENTION:
             deferred += _need_views(v, bufs, forced)
@@ -471,7 +545,8 @@ def step_operands(step: Step, sched: Schedule) -> list[Value]:
     """The materialized values ``step`` reads (the buffers under its expressions, or
     under a GEMM's operand views) and those it writes, each once."""
     if isinstance(step, GemmPlan):
-        return [*(view_root(s, sched.buffers) for s in step.value.srcs), step.value]
+        return [*(gemm_operand_chain(s, sched.buffers, step.narrow)[0]
+                  for s in step.value.srcs), step.value]
     out: dict[int, Value] = {}
     stack: list[Value] = []
     for v, _ in step.all_sinks if isinstance(step, KernelPlan) else step.sinks:
@@ -551,7 +626,8 @@ _INLINED = ELEMENTWISE | {Group.MOVEMENT, Group.REDUCE, Group.CONCAT, Group.GATH
 
 
 def shared_recomputations(program: Program, users: dict[int, list[Value]],
-                          stored: dict[int, list[BufRef]], forced: set[int]) -> set[int]:
+                          stored: dict[int, list[BufRef]], forced: set[int],
+                          narrow: frozenset[str] = frozenset()) -> set[int]:
     """Element-wise values to materialize because inlining would recompute them per reader.
 
     Inlining is free for a value read once; a value with several readers is recomputed
@@ -564,6 +640,11 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
     with two or more full-size buffers behind it storing never reads more. Small values
     are left inline: there a kernel launch costs more than the reads. Bias vectors and
     index arrays, much smaller than the value, are not counted as full-size reads.
+
+    A value so chosen that only widens a computed 16-bit value of a dtype in ``narrow``
+    (a half graph's rounded activation, ``cvt.f32(cvt.bf16(x))``) has that 16-bit value
+    stored instead: half the bytes, and the GEMMs among its readers read it in place
+    (``narrow_operands``); each other reader widens it as it loads it.
     """
     leaves: dict[int, frozenset[Value]] = {}
     work: dict[int, int] = {}  # instructions and full-size reads per element, inlined
@@ -605,9 +686,12 @@ def shared_recomputations(program: Program, users: dict[int, list[Value]],
                     and max(many, id(v) in narrowed) * w >= SHARED_MIN_WORK)
                 or (v.op is Op.CONCAT and nested > CONCAT_DEPTH_MAX)
                 or (v.size >= SHARED_WORK_MIN_SIZE and waste >= CONCAT_WASTE_MIN)):
-            chosen.add(id(v))
-            deps = frozenset([v])
-            w = 1
+            src = widened_source(v)
+            keep = v if (src is None or src.dtype.name not in narrow or id(src) in stored
+                         or group(src.op) not in _INLINED) else src
+            chosen.add(id(keep))
+            deps = frozenset([keep])
+            w = 1 if keep is v else 2
         elif nested:
             depth[id(v)] = nested
         leaves[id(v)] = deps
