@@ -40,7 +40,10 @@ inference graphs.
 
 ``--dtype bfloat16`` (or ``float16``) runs the inference rows with the models' weights
 and float inputs in that dtype (``model.to(dtype)``), as a user who loads a model in
-half precision does; the training rows stay float32.
+half precision does; the training rows stay float32. With ``bfloat16`` the GEMM table
+is the bf16 one: a program of ``bf16(x @ W.T)`` on bf16 operands (its product reads them
+in place, on hologram's AVX-512 BF16 kernel where the CPU has one) against ``torch.mm``
+in bf16 (oneDNN).
 
 Targets (issue 17): hologram ahead of eager and of Inductor on every row; hologram's
 cold first call at most a fifth of Inductor's.
@@ -550,6 +553,56 @@ def gemm_table(rep: Report, repeat: int) -> None:
     rep.data["gemm_packed_ratio_vs_torch"] = packed_ratios
 
 
+def bf16_gemm(x: Any, w: Any, out: Any) -> Callable[[], None]:
+    """``out = bf16(x @ w.T)`` of bf16 tensors as the torch.compile backend runs a bf16
+    ``linear`` without bias: the compiled program's pointer launch, its product reading
+    the bf16 operands in place (``blas.narrow_dtypes``) where the CPU can."""
+    import hologram as hg
+    from hologram.isa.builder import program
+
+    ex = hg.default_executor("cpu")
+    p = program(lambda a, b: (a.cast("f32") @ b.cast("f32").T).cast("bf16"),
+                [("bf16", tuple(x.shape)), ("bf16", tuple(w.shape))])
+    launch = ex.backend.pointer_launcher(ex.compile(p))
+    if launch is None:
+        raise RuntimeError("bf16 GEMM table: the cpu backend has no pointer launch here")
+    ptrs = [x.data_ptr(), w.data_ptr(), out.data_ptr()]
+    return lambda: launch(ptrs, [])
+
+
+def gemm_table_bf16(rep: Report, repeat: int) -> None:
+    """hologram's bf16 product (a program of ``bf16(x @ w.T)`` on bf16 operands) against
+    torch.mm in bf16 (oneDNN), samples interleaved; the models' shapes."""
+    import torch
+
+    from hologram.compiler import blas
+
+    rep.note(f"bf16 GEMM table: hologram's GEMM runs {blas.describe()}")
+    t = rep.grid("bf16 GEMM x @ W.T on the models' shapes (interleaved medians; GFLOP/s)",
+                 ["M x K x N", "torch.mm bf16", "hologram bf16", "hologram / torch.mm"])
+    ratios = []
+    for m, k, n in GEMM_SHAPES:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(m, k, generator=g).to(torch.bfloat16)
+        w = torch.randn(n, k, generator=g).to(torch.bfloat16)
+        out = torch.empty(m, n, dtype=torch.bfloat16)
+        out_t = torch.empty_like(out)
+        fn = bf16_gemm(x, w, out)
+        fn()
+        want = x.double() @ w.double().t()
+        tol = 2.0 ** -7 * want.abs().max().item() + 1e-2  # one bf16 rounding of the result
+        assert (out.double() - want).abs().max().item() <= tol, (m, k, n)
+        timings = common.measure_interleaved(
+            {"torch": lambda x=x, w=w, o=out_t: torch.mm(x, w.t(), out=o), "hologram": fn},
+            repeat=repeat)
+        flops = 2 * m * k * n
+        rate = {name: flops / tm.median / 1e9 for name, tm in timings.items()}
+        ratios.append(rate["hologram"] / rate["torch"])
+        t.add(f"{m} x {k} x {n}", f"{rate['torch']:.0f}", f"{rate['hologram']:.0f}",
+              f"{rate['hologram'] / rate['torch']:.2f}")
+    rep.data["bf16_gemm_ratio_vs_torch"] = ratios
+
+
 def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--models", default="gpt2,bert,llama,t5,vit")
@@ -610,7 +663,7 @@ def main() -> None:
         else:
             training_table(rep, repeat, dropout=args.train_dropout)
     if not args.no_gemm and not args.cnn:
-        gemm_table(rep, repeat)
+        (gemm_table_bf16 if DTYPE == "bfloat16" else gemm_table)(rep, repeat)
     rep.finish(args)
 
 

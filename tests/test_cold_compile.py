@@ -18,7 +18,7 @@ import pytest
 import hologram as hg
 import hologram.compiler.cc as ccmod
 from hologram.backends.reference import evaluate
-from hologram.compiler import attention, blas, lower, prewarm, shared_bodies
+from hologram.compiler import attention, bf16_gemm, blas, lower, prewarm, shared_bodies
 from hologram.compiler.cc import C_PRELUDE, PART_MARK, CCompiler, CompileError, split_parts
 from hologram.isa import builder as b
 
@@ -152,9 +152,9 @@ def test_materialized_operands_are_found_in_one_pass(cpu, monkeypatch):
     calls = []
     real = lower.plan
 
-    def counting(program, forced):
+    def counting(*args):
         calls.append(1)
-        return real(program, forced)
+        return real(*args)
 
     monkeypatch.setattr(lower, "plan", counting)
     p = b.program(many, [("f32", (24, 16)), ("f32", (24, 8))])
@@ -171,15 +171,17 @@ def test_prewarm_fills_the_cache(monkeypatch, private_cache):
         pytest.skip("no C compiler")
     monkeypatch.setattr(prewarm, "_started", set())
     monkeypatch.setattr(ccmod, "_LOADED", {})
-    started = prewarm.start(cc, attention=True)
+    started = prewarm.start(cc, attention=True, bf16=True)
     assert {t.name for t in started} >= {"hologram-prewarm-gemm",
-                                         "hologram-prewarm-attention"}
+                                         "hologram-prewarm-attention",
+                                         "hologram-prewarm-bf16-gemm"}
     for t in started:
         t.join(120)
     for source, key in ((blas.runtime_source(), blas.RUNTIME_KEY),
-                        (attention.runtime_source(("f32",)), attention.RUNTIME_KEY)):
+                        (attention.runtime_source(("f32",)), attention.RUNTIME_KEY),
+                        (bf16_gemm.BF16_GEMM_C, bf16_gemm.KERNEL_KEY)):
         assert ccmod.KERNEL_CACHE.lookup(cc.key_parts(key), source) is not None
-    assert prewarm.start(cc, attention=True) == []  # once per process
+    assert prewarm.start(cc, attention=True, bf16=True) == []  # once per process
 
 
 def test_prewarm_links_the_mkl_shim(monkeypatch, private_cache):

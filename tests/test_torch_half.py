@@ -241,3 +241,20 @@ def test_random_draws_in_half_precision_stay_in_pytorch(fresh_dynamo):
     assert u.dtype is d.dtype is torch.bfloat16
     assert bool(((u >= 0) & (u < 1)).all())
     assert set(d.unique().tolist()) <= {0.0, 2.0} and 0.3 < float((d == 2).float().mean()) < 0.7
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=ids)
+def test_a_bf16_graph_prewarms_the_bf16_kernel(monkeypatch, dtype):
+    """The backend starts building the bf16 GEMM kernel beside AOT autograd when a
+    graph's inputs hold bf16 (``prewarm.start(..., bf16=True)``), and not otherwise."""
+    from hologram.interop import default_executor
+
+    backend = default_executor("cpu").backend
+    asked = []
+    monkeypatch.setattr(type(backend), "prewarm",
+                        lambda self, attention=False, bf16=False: asked.append(bf16))
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(8, 4).to(dtype)
+    with torch.no_grad():
+        torch.compile(lin, backend="hologram")(torch.randn(3, 8, dtype=dtype))
+    assert asked == [dtype == torch.bfloat16]

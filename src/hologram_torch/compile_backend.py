@@ -1403,8 +1403,11 @@ def hologram_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     executor = ex if isinstance(ex, Executor) else default_executor(str(ex))
     autograd_decompositions.apply(gm)  # (before AOT autograd differentiates the graph)
     # Runtime libraries build on another core while AOT autograd traces (a cold cache).
-    executor.backend.prewarm(attention=any(
-        getattr(n.target, "__name__", "") in _ATTENTION_TARGETS for n in gm.graph.nodes))
+    executor.backend.prewarm(
+        attention=any(getattr(n.target, "__name__", "") in _ATTENTION_TARGETS
+                      for n in gm.graph.nodes),
+        bf16=any(isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
+                 for x in example_inputs))
     fw = _graph_compiler("forward", executor, blas)
     bw = _graph_compiler("backward", executor, blas)
     decomps = decompositions()

@@ -91,11 +91,13 @@ class Backend(ABC):
         element the program already wrote. No, unless the backend proves it."""
         return False
 
-    def prewarm(self, attention: bool = False) -> None:  # noqa: B027 - nothing to build
+    def prewarm(self, attention: bool = False,  # noqa: B027 - nothing to build
+                bf16: bool = False) -> None:
         """Start building, in the background, what the programs about to be compiled
         will need whatever they hold (runtime libraries), so that a caller that still
         has work of its own to do (PyTorch tracing a graph) overlaps it; ``attention``:
-        they will call the fused attention driver. Nothing, by default."""
+        they will call the fused attention driver; ``bf16``: they hold bf16 values (and
+        may multiply them). Nothing, by default."""
 
     def attach_memory(self, memory: Any, lock: Any) -> None:  # noqa: B027 - none kept
         """The executor's pools (a ``MemoryManager``) and the lock that guards them, for

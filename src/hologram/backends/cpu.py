@@ -273,9 +273,9 @@ class CPUBackend(Backend):
     def describe(self) -> str:
         return f"cpu (C via {self.cc.id})" if self.cc else "cpu (reference fallback: no C compiler)"
 
-    def prewarm(self, attention: bool = False) -> None:
+    def prewarm(self, attention: bool = False, bf16: bool = False) -> None:
         if self.cc is not None:
-            prewarm.start(self.cc, attention)
+            prewarm.start(self.cc, attention, bf16)
 
     def compile(self, program: Program) -> Any:
         return self.prepare(program)()

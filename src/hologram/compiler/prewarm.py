@@ -29,21 +29,25 @@ _started: set[str] = set()  # the libraries a prewarm was started for
 def _jobs(cc: Any) -> dict[str, Callable[[], Any]]:
     """Each prewarm by name: compiling a runtime library through ``cc``, or linking
     MKL's shim (``blas.mkl_shim_prewarm``: not a source of hologram's)."""
-    from . import attention, blas, team
+    from . import attention, bf16_gemm, blas, team
 
     return {"gemm": lambda: cc.compile(blas.runtime_source(), blas.RUNTIME_KEY),
             "mkl-shim": blas.mkl_shim_prewarm,
             "team": lambda: cc.compile(team.library_source(), team.RUNTIME_KEY),
             "attention": lambda: cc.compile(attention.runtime_source(("f32",)),
-                                            attention.RUNTIME_KEY)}
+                                            attention.RUNTIME_KEY),
+            "bf16-gemm": lambda: cc.compile(bf16_gemm.BF16_GEMM_C, bf16_gemm.KERNEL_KEY,
+                                            team=False)}
 
 
-def start(cc: Any, attention: bool = False) -> list[threading.Thread]:
+def start(cc: Any, attention: bool = False, bf16: bool = False) -> list[threading.Thread]:
     """Compile, one daemon thread each, the runtime libraries ``cc``'s programs will
     load: the GEMM driver and MKL's shim (``blas.mkl_shim_prewarm``), the thread team
-    when it runs the loops, and the (f32) attention driver when ``attention``. Each is
-    started once per process; returns the threads started now (tests join them)."""
-    want = ["gemm", "mkl-shim", "team"] + (["attention"] if attention else [])
+    when it runs the loops, the (f32) attention driver when ``attention``, and the bf16
+    GEMM kernel (``bf16_gemm``: 1.3 s of gcc) when ``bf16``. Each is started once per
+    process; returns the threads started now (tests join them)."""
+    want = (["gemm", "mkl-shim", "team"] + (["attention"] if attention else [])
+            + (["bf16-gemm"] if bf16 else []))
     todo = [w for w in want if _applies(w) and _claim(w)]
     if not todo:
         return []
