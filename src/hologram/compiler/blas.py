@@ -912,10 +912,7 @@ def _mkl_warm_up(sgemm: int, dgemm: int) -> str:
 def _narrow_warm_up(address: int) -> bool:
     """One tiny bf16 product on MKL's ``cblas_gemm_bf16bf16f32`` (ILP64) now, as
     ``_mkl_warm_up`` does for the float ones; True if it gave the right result."""
-    i = ctypes.c_int64
-    fn = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_int, ctypes.c_int, i, i, i,
-                          ctypes.c_float, ctypes.c_void_p, i, ctypes.c_void_p, i,
-                          ctypes.c_float, ctypes.c_void_p, i)(address)
+    fn = cblas_gemm(address, ctypes.c_float, ilp64=True)  # sgemm's signature, 16-bit A, B
     a = (ctypes.c_uint16 * 4)(0x3F80, 0x4000, 0x4040, 0x4080)  # 1, 2, 3, 4
     b = (ctypes.c_uint16 * 4)(0x3F80, 0, 0, 0x3F80)  # the identity
     c = (ctypes.c_float * 4)()
@@ -1047,14 +1044,14 @@ def provider() -> tuple[Blas | None, str]:
     return None, "; ".join(missing)
 
 
-def _narrow_blas() -> Blas | None:
-    """The library whose products of 16-bit operands the GEMM driver calls (MKL, the only
-    one with them), whichever library runs the float products; None where MKL is absent
-    or not wanted (``HOLOGRAM_BLAS=openblas``, ``HOLOGRAM_GEMM=numpy``)."""
+def _mkl_narrow() -> dict[str, int]:
+    """MKL's products of 16-bit operands (the only library with them) by operand dtype,
+    addresses the GEMM driver calls whichever library runs the float products; none where
+    MKL is absent or not wanted (``HOLOGRAM_BLAS=openblas``, ``HOLOGRAM_GEMM=numpy``)."""
     if _numpy_gemm() or _asked_blas() == "openblas":
-        return None
+        return {}
     found = mkl_blas()[0]
-    return found if found is not None and found.narrow else None
+    return dict(found.narrow) if found is not None else {}
 
 
 @functools.cache
@@ -1069,12 +1066,11 @@ def narrow_dtypes(cc: Any) -> frozenset[str]:
     lib = _runtime_lib(cc)
     if lib is None:
         return frozenset()
-    mkl = dict(n.narrow) if (n := _narrow_blas()) is not None else {}
     own = bf16_gemm.kernel(cc)
     if own is not None:
-        lib.hg_gemm_narrow(mkl.get("bf16"), own)
+        lib.hg_gemm_narrow(_mkl_narrow().get("bf16"), own)
         return frozenset({"bf16"})
-    return frozenset(mkl)
+    return frozenset(_mkl_narrow())
 
 
 @functools.cache
@@ -1147,8 +1143,7 @@ def bind_runtime(lib: Any, blas: Blas, second: Blas | None = None, layouts: int 
         bind_second(lib, second, layouts)
     lib.hg_gemm_narrow.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.hg_gemm_narrow.restype = None
-    mkl = dict(n.narrow) if (n := _narrow_blas()) is not None else {}
-    lib.hg_gemm_narrow(mkl.get("bf16"), None)  # hologram's own: bound when first needed
+    lib.hg_gemm_narrow(_mkl_narrow().get("bf16"), None)  # hologram's own: when first needed
     for name, args, res in (("hg_gemm_pack_tiles", [ctypes.c_void_p], ctypes.c_int64),
                             ("hg_gemm_pack_size", [ctypes.c_void_p, ctypes.c_int64],
                              ctypes.c_int64),
@@ -1241,8 +1236,7 @@ def describe() -> str:
     from .cc import CCompiler
 
     cc = CCompiler.find()
-    if cc is not None and _runtime_lib(cc) is not None and kernel(cc) is not None:
-        how += "; bf16 operands read as they are by hologram's AVX-512 BF16 kernel"
-    elif cc is not None and _runtime_lib(cc) is not None and _narrow_blas() is not None:
-        how += "; bf16 operands read as they are by MKL"
+    if cc is not None and "bf16" in narrow_dtypes(cc):
+        by = "hologram's AVX-512 BF16 kernel" if kernel(cc) is not None else "MKL"
+        how += f"; bf16 operands read as they are by {by}"
     return f"hologram's OpenMP tiles over {how}"

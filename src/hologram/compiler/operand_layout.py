@@ -31,7 +31,7 @@ from ..isa.opcodes import ELEMENTWISE, Op, group
 from ..isa.program import Program
 from ..isa.value import Value
 from .gemm_layout import copying_reshape, walk_views
-from .schedule import only_reader_chain, users_of, view_chain, widened_source
+from .schedule import only_reader_chain, users_of, view_chain, widened_dtype, widened_source
 
 
 def gemm_operand_layouts(program: Program) -> Program:
@@ -131,13 +131,8 @@ def narrow_operand_layouts(program: Program, narrow: frozenset[str]) -> Program:
 def _narrow_pair(g: Value, narrow: frozenset[str]) -> bool:
     """Whether both operands of f32 GEMM ``g`` are views of CVTs widening one dtype in
     ``narrow``."""
-    if g.dtype.name != "f32":
-        return False
-    dtypes = set()
-    for s in g.srcs:
-        src = widened_source(view_chain(s, {})[0])
-        dtypes.add(None if src is None else src.dtype.name)
-    return len(dtypes) == 1 and dtypes <= narrow
+    dtypes = {widened_dtype(s) for s in g.srcs}
+    return g.dtype.name == "f32" and len(dtypes) == 1 and dtypes <= narrow
 
 
 def _widened_last(s: Value, new: dict[int, Value]) -> Value | None:

@@ -154,10 +154,30 @@ def widened_source(v: Value) -> Value | None:
     return None
 
 
+def widened_dtype(s: Value) -> str | None:
+    """The 16-bit dtype GEMM operand ``s`` widens, where it is views of a widening CVT;
+    else None."""
+    src = widened_source(view_chain(s, {})[0])
+    return None if src is None else src.dtype.name
+
+
 def widens_16_bit(g: Value) -> bool:
     """Whether each operand of GEMM ``g`` is views of a CVT widening a 16-bit float: a
     product the backend may read in its 16-bit dtype (``narrow_operands``)."""
-    return all(widened_source(view_chain(s, {})[0]) is not None for s in g.srcs)
+    return all(widened_dtype(s) is not None for s in g.srcs)
+
+
+def _under_widening(s: Value, buffers: dict[int, BufRef]
+                    ) -> tuple[Value, Value, list[Value], list[Value]] | None:
+    """(the 16-bit source, the value under its views, those views, the views above the
+    CVT) for operand ``s`` whose root is a widening CVT with no buffer of its own; else
+    None."""
+    root, chain = view_chain(s, buffers)
+    src = None if id(root) in buffers else widened_source(root)
+    if src is None:
+        return None
+    inner, below = view_chain(src, buffers)
+    return src, inner, below, chain
 
 
 def gemm_operand_chain(s: Value, buffers: dict[int, BufRef], narrow: str | None = None
@@ -166,13 +186,10 @@ def gemm_operand_chain(s: Value, buffers: dict[int, BufRef], narrow: str | None 
     product read in 16-bit dtype ``narrow`` (``GemmPlan.narrow``), the stored value
     under the widening CVT at its root and the views on both sides of the CVT (a CVT
     changes no element's position, so the views apply to its source alike)."""
-    root, chain = view_chain(s, buffers)
-    if narrow is None or id(root) in buffers:
-        return root, chain
-    src = widened_source(root)
-    if src is None or src.dtype.name != narrow:
-        return root, chain
-    inner, below = view_chain(src, buffers)
+    found = _under_widening(s, buffers) if narrow is not None else None
+    if found is None or found[0].dtype.name != narrow:
+        return view_chain(s, buffers)
+    _, inner, below, chain = found
     return inner, below + chain
 
 
@@ -193,11 +210,10 @@ def narrow_operands(v: Value, buffers: dict[int, BufRef], narrow: frozenset[str]
         return None
     dtypes, homes = set(), []
     for s in v.srcs:
-        root, chain = view_chain(s, buffers)
-        src = None if id(root) in buffers else widened_source(root)
-        if src is None or src.dtype.name not in narrow:
+        found = _under_widening(s, buffers)
+        if found is None or found[0].dtype.name not in narrow:
             return None
-        inner, below = view_chain(src, buffers)
+        src, inner, below, chain = found
         at = copying_reshape(inner, below + chain)
         if at is not None:
             idx = next((i for i, m in enumerate(below) if m is at), None)
