@@ -1,6 +1,6 @@
 """NumPy workloads under @hg.jit beside NumPy, numexpr, Numba, JAX and torch.compile.
 
-    .venv/bin/python benchmarks/bench_numpy.py [--json out.json] [--quick]
+    .venv/bin/python benchmarks/bench_numpy.py [--json out.json] [--quick] [--dtype float16]
 
 Five functions written once in plain NumPy: a k-means assignment step, log-sum-exp
 over rows, a 2-D five-point stencil, Black-Scholes call/put pricing and a
@@ -13,6 +13,9 @@ row's time over hologram's (>1: hologram is faster). First-call times (trace and
 compile) are in the notes column. hologram runs on its own thread team, as in a process
 without PyTorch (``HOLOGRAM_THREADING`` overrides). The extras (numexpr, numba,
 jax[cpu]) are the pyproject ``bench`` extra; a missing one is an ERROR row, not a crash.
+``--dtype float16`` runs the same functions on float16 arrays (NumPy computes each
+float16 ufunc in float32 and rounds it, element by element; a peer without float16 is
+an ERROR row).
 """
 
 from __future__ import annotations
@@ -242,7 +245,12 @@ WORKLOADS = {
 SETTLE_S = 0.12
 
 
-def inputs(name: str, scale: float) -> tuple[np.ndarray, ...]:
+def inputs(name: str, scale: float, dtype: str = "float32") -> tuple[np.ndarray, ...]:
+    """The workload's arrays, drawn in float32 and cast to ``dtype``."""
+    return tuple(x.astype(dtype) for x in _inputs_f32(name, scale))
+
+
+def _inputs_f32(name: str, scale: float) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(0)
     f = np.float32
 
@@ -276,6 +284,8 @@ def main() -> None:
     p = common.parser(__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated workloads")
     p.add_argument("--scale", type=float, default=1.0, help="scale the problem sizes")
+    p.add_argument("--dtype", default="float32", choices=("float32", "float16"),
+                   help="the arrays' dtype (default float32)")
     args = p.parse_args()
     common.fresh_inductor_cache()
     hg = common.quiet_hologram()
@@ -308,18 +318,19 @@ def main() -> None:
     names = [n for n in WORKLOADS if not args.only or n in args.only.split(",")]
     for name in names:
         _workload(rep, name, args.scale, repeat, hg, makers, failed_import, jax,
-                  jnp if jax is not None else None)
+                  jnp if jax is not None else None, args.dtype)
     rep.finish(args)
 
 
-def _workload(rep, name, scale, repeat, hg, makers, failed_import, jax, jnp) -> None:
+def _workload(rep, name, scale, repeat, hg, makers, failed_import, jax, jnp,
+              dtype: str = "float32") -> None:
     """Time one workload's implementations, interleaved, into a table of ``rep``."""
     fn, title = WORKLOADS[name]
-    xs = inputs(name, scale)
+    xs = inputs(name, scale, dtype)
     ref = tuple(np.asarray(r, np.float64) for r in _leaves(fn(*(x.astype(np.float64)
                                                                 for x in xs))))
     shapes = ", ".join("x".join(map(str, x.shape)) for x in xs)
-    t = rep.table(f"{title}: f32 {shapes}", baseline="numpy", unit="ms",
+    t = rep.table(f"{title}: {np.dtype(dtype).name} {shapes}", baseline="numpy", unit="ms",
                   vs={"x hg": "hologram jit"},
                   extra_cols=("max err", "first call"))
     rows: dict[str, Candidate] = {}

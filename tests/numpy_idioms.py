@@ -240,6 +240,11 @@ IDIOMS: list[Idiom] = [
     Idiom("logsumexp", lambda x: np.log(np.sum(np.exp(x), axis=1))),
     Idiom("standardize", lambda x: (x - x.mean(0)) / (x.std(0) + 1e-6)),
     Idiom("relu", lambda x: np.maximum(x, 0)),
+    # float16 results from other dtypes, as NumPy chooses them
+    Idiom("np.exp(bool)", lambda x: np.exp(x > 0)),
+    Idiom("x.astype(f16)", lambda x: x.astype(np.float16)),
+    Idiom("np.float16 scalar", lambda x: x + np.float16(1) * (x > 0).astype(np.int8)),
+    Idiom("np.round(bool)", lambda x: np.round(x > 0)),
 ]
 
 
@@ -285,8 +290,6 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
     ("np.einsum ii->i", lambda x: np.einsum("ii->i", x), "einsum"),
     ("np.einsum ...", lambda x: np.einsum("...j->...", x), "einsum"),
     ("np.bitwise_count", lambda x: np.bitwise_count(x.astype(np.int32)), "np.bitwise_count"),
-    ("np.exp(bool)", lambda x: np.exp(x > 0), "float16"),
-    ("x.astype(f16)", lambda x: x.astype(np.float16), "float16"),
     ("x.reshape(5, 5)", lambda x: x.reshape(5, 5), "reshape"),
     ("np.concatenate mismatch", lambda x: np.concatenate([x, x.T], axis=0), "concatenate"),
     ("x[9]", lambda x: x[9], "out of bounds"),
@@ -303,7 +306,6 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
                                                  axis=1), "repeat"),
     ("x.sum(bogus=)", lambda x: x.sum(bogus=1), "np.sum"),
     ("return a constant", lambda x: np.ones(3), "return"),
-    ("np.float16 scalar", lambda x: x + np.float16(1) * (x > 0).astype(np.int8), "int8"),
     ("np.matvec", lambda x: np.matvec(x, x[0]), "np.matvec"),
 ]
 

@@ -1,8 +1,9 @@
 """f16 and bf16 on the CPU backend against the reference interpreter.
 
-The CPU's C stores f16 as ``_Float16`` and bf16 as its 16 bits (GCC 12 has no ``__bf16``
-on x86), computes both in float and rounds every instruction's result to the dtype, to
-nearest even: the reference's meaning, and the CUDA backend's (compiler/half_floats.py).
+The CPU's C stores f16 and bf16 as their 16 bits (GCC 12 has no ``__bf16`` on x86, and
+its ``_Float16`` conversions do not vectorize there), computes both in float and rounds
+every instruction's result to the dtype, to nearest even: the reference's meaning, and
+the CUDA backend's (compiler/half_floats.py).
 Conversions are checked bit for bit, the per-instruction rounding bit for bit, and the
 composite suite and random programs within a few units of the dtype's roundoff.
 """

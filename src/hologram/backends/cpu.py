@@ -382,12 +382,15 @@ class CPUBackend(Backend):
         bufs, slots = low.schedule.buffers, low.slots
         (a_root, a_chain), (b_root, b_chain) = (view_chain(s, bufs) for s in step.value.srcs)
         a_ref, b_ref = bufs[id(a_root)], bufs[id(b_root)]  # the scheduler made them buffers
-        out_ref = step.out
+        out_ref, shape = step.out, step.value.shape
 
         def gemm(table: Any, arrays: list[np.ndarray]) -> None:
             a = _apply_chain(_view(a_ref, arrays, slots), a_chain)
             b = _apply_chain(_view(b_ref, arrays, slots), b_chain)
-            np.matmul(a, b, out=_view(out_ref, arrays, slots))
+            # the buffer may hold the product under another shape of the same elements
+            # (a dot product's [1, 1, 1] stored as the program's scalar output)
+            with np.errstate(all="ignore"):  # NaN and inf propagate, as in C
+                np.matmul(a, b, out=_view(out_ref, arrays, slots).reshape(shape))
 
         return gemm
 

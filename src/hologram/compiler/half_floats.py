@@ -58,6 +58,19 @@ def rounded(value: float, d: DType) -> float | None:
     return float(np.asarray(value, dtype=np.float64).astype(d.np_dtype))
 
 
+def _whole_call(code: str, fn: str) -> bool:
+    """Whether ``code`` is one call ``fn(...)``: its first parenthesis closes at its end
+    (``f(a) + f(b)`` is not)."""
+    if not code.startswith(fn + "(") or not code.endswith(")"):
+        return False
+    depth = 0
+    for i, ch in enumerate(code[len(fn):]):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return i == len(code) - len(fn) - 1
+    return False
+
+
 class HalfFloats:
     """The renderer hooks for 16-bit floats (see the module docstring); a dialect sets
     ``HALF`` (dtype name -> its spelling) and mixes this in before its base renderer."""
@@ -118,6 +131,8 @@ class HalfFloats:
             return super().declare(name, d, code)  # type: ignore[misc]
         if LOAD.fullmatch(code):  # a stored value is the dtype's already: no rounding
             return f"float {name} = {half.load.format(code)};"
+        if _whole_call(code, half.round):  # a CVT's value (cast_code) is rounded already
+            return f"float {name} = {code};"
         return f"float {name} = {half.round}({code});"
 
     def cast_code(self, v: Value, code: str) -> str:

@@ -1606,13 +1606,55 @@ static inline hg_bf16 hg_bf16_of_f64(double d) {
                                default: hg_bf16_to_f32(hg_bf16_of_f32(x)))
 """.strip()
 
-#: f16 on the CPU: GCC's ``_Float16`` (x86-64 and AArch64) as the storage only; its
-#: conversions from float and from double each round once, to nearest even.
-F16_C = "#define hg_rn_f16(x) ((float)(_Float16)(x))"
+#: f16 on the CPU: a struct over the uint16 bits (as bf16), converted by integer and
+#: float arithmetic GCC vectorizes. GCC 12's ``_Float16`` conversions (``vcvtph2ps``)
+#: do not vectorize without AVX-512 FP16 ("unsupported data-type"), and an f16 loop
+#: ran one element at a time: a float16 stencil under ``@hg.jit`` 17x Inductor's time
+#: (docs/perf.md, session 37). Each conversion rounds once, to nearest even, checked
+#: against ``_Float16``'s on every float32 and every float16 (session 37, a C harness;
+#: ``tests/test_cpu_half.py`` runs every float16, every tie and its neighbours, and
+#: random bit patterns against NumPy's): ``hg_rn_f16_f32`` adds and subtracts
+#: 1.5 * 2^(e + 13), e the binade of |x| (at least -14, the subnormals'), so the
+#: float addition itself rounds |x| to float16's spacing there, to nearest even; from
+#: 65520 up it is infinity, and NaN stays NaN. A float16 is widened by a multiply
+#: that rebiases its exponent (subnormals included), and a double is first rounded to
+#: float toward zero with its last bit set when inexact (round to odd), so the f16
+#: rounding after it is the one a direct rounding would give.
+F16_C = r"""
+typedef struct { uint16_t bits; } hg_f16;
+static inline uint32_t hg_f16_u(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
+static inline float hg_f16_f(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline float hg_rn_f16_f32(float x) {
+  const float a = fabsf(x);
+  const float e = hg_f16_f(hg_f16_u(a) & 0x7f800000u);  /* 2^floor(log2 a) */
+  const float c = (e > 0x1p-14f ? e : 0x1p-14f) * 0x1.8p13f;
+  const float r = a >= 65520.0f ? INFINITY : (a + c) - c;
+  return copysignf(r, x); }
+static inline float hg_rn_f16_f64(double d) {
+  uint32_t u = hg_f16_u((float)d);
+  if (d == d && (double)hg_f16_f(u) != d) {
+    if (fabs((double)hg_f16_f(u)) > fabs(d)) u -= 1u;
+    u |= 1u; }
+  return hg_rn_f16_f32(hg_f16_f(u)); }
+static inline hg_f16 hg_f16_of_f32(float x) {
+  const float y = hg_rn_f16_f32(x), a = fabsf(y);
+  const uint32_t u = hg_f16_u(y);
+  uint32_t h = a < 0x1p-14f ? (uint32_t)(int32_t)(a * 0x1p24f)
+                            : ((u & 0x7fffffffu) >> 13) - ((127u - 15u) << 10);
+  h = a > 65504.0f ? 0x7c00u : h;
+  h = y != y ? 0x7e00u | ((u >> 13) & 0x3ffu) : h;
+  hg_f16 r; r.bits = (uint16_t)(((u >> 16) & 0x8000u) | h); return r; }
+static inline float hg_f16_to_f32(hg_f16 h) {
+  const uint32_t b = h.bits, o = (b & 0x7fffu) << 13;
+  float f = hg_f16_f(o) * 0x1p112f;
+  f = (b & 0x7c00u) == 0x7c00u ? hg_f16_f(o | 0x7f800000u) : f;
+  return hg_f16_f(hg_f16_u(f) | ((b & 0x8000u) << 16)); }
+#define hg_rn_f16(x) _Generic((x), double: hg_rn_f16_f64(x), default: hg_rn_f16_f32(x))
+""".strip()
 
 #: dtype -> its C spelling on the CPU (compiler/half_floats.py says how it computes).
 C_HALF: dict[str, HalfType] = {
-    "f16": HalfType("_Float16", "hg_rn_f16", "((float){0})", "((_Float16)({0}))", F16_C),
+    "f16": HalfType("hg_f16", "hg_rn_f16", "hg_f16_to_f32({0})", "hg_f16_of_f32({0})", F16_C),
     "bf16": HalfType("hg_bf16", "hg_rn_bf16", "hg_bf16_to_f32({0})", "hg_bf16_of_f32({0})",
                      BF16_C),
 }

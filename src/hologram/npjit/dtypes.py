@@ -18,6 +18,7 @@ from .errors import unsupported
 
 #: NumPy dtype -> the ISA dtype a traced value of it has.
 TRACEABLE: dict[np.dtype, DType] = {
+    np.dtype(np.float16): isa_dtypes.f16,
     np.dtype(np.float32): isa_dtypes.f32,
     np.dtype(np.float64): isa_dtypes.f64,
     **{np.dtype(d.np_dtype): d for d in isa_dtypes.INTEGERS},  # int8..int64, uint8..uint64

@@ -131,8 +131,8 @@ def _astype(x: Value, dtype: Any, func: str = "astype") -> Value:
 
 def _round(p: dict[str, Any]) -> Value:
     x, dec = _a(p, "a", "round"), int(p["decimals"])
-    if x.dtype is D.boolean:
-        raise unsupported("round", "a", "NumPy rounds bool to float16, which cannot be traced")
+    if x.dtype is D.boolean:  # NumPy rounds bool to float16 (0.0 and 1.0)
+        return B.cast(x, D.f16)
     if not x.dtype.is_float:
         if dec >= 0:
             return x

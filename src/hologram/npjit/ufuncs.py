@@ -53,7 +53,9 @@ def _sign(x: Value) -> Value:
     one = L.k(1, x)
     if x.dtype.kind == "i" and not x.dtype.signed:  # no negative values: 0 or 1
         return L.where(L.lt(L.k(0, x), x), one, x)
-    return L.where(L.lt(L.k(0, x), x), one, L.where(L.lt(x, L.k(0, x)), L.k(-1, x), x))
+    # NumPy's sign of -0.0 is +0.0 (x + 0 gives it; NaN stays NaN)
+    rest = L.ew(Op.ADD, x, L.k(0, x)) if x.dtype.is_float else x
+    return L.where(L.lt(L.k(0, x), x), one, L.where(L.lt(x, L.k(0, x)), L.k(-1, x), rest))
 
 
 def _cbrt(x: Value) -> Value:
