@@ -9,9 +9,9 @@ bits, so both C dialects render these dtypes the same way:
 * a local of the dtype is a ``float`` holding a value of the dtype: every declaration
   rounds (``round``), except a load, whose value is the dtype's already;
 * buffers hold the storage type; ``load`` and ``store`` convert between it and float
-  (CUDA's ``__half``/``__nv_bfloat16`` convert implicitly; the CPU's bf16 storage is a
-  struct over the uint16 bits, so a load or store the renderer forgot to convert is a
-  compile error rather than an integer read as a number);
+  (CUDA's ``__half``/``__nv_bfloat16`` convert implicitly; the CPU's f16 and bf16
+  storage is a struct over the uint16 bits, so a load or store the renderer forgot to
+  convert is a compile error rather than an integer read as a number);
 * literals are rounded to the dtype in Python; reductions accumulate in float.
 
 The tables of spellings (``HalfType``) are the dialects' own (render_c.C_HALF,
