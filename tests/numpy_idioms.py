@@ -240,6 +240,13 @@ IDIOMS: list[Idiom] = [
     Idiom("logsumexp", lambda x: np.log(np.sum(np.exp(x), axis=1))),
     Idiom("standardize", lambda x: (x - x.mean(0)) / (x.std(0) + 1e-6)),
     Idiom("relu", lambda x: np.maximum(x, 0)),
+    # np.pad: each mode, widths beyond the axis (NumPy reflects and wraps again)
+    Idiom("np.pad constant", lambda x: np.pad(x, ((1, 2), (0, 3)), constant_values=(3, -1))),
+    Idiom("np.pad edge", lambda x: np.pad(x, 2, mode="edge")),
+    Idiom("np.pad reflect", lambda x: np.pad(x, ((1, 9), (8, 1)), mode="reflect")),
+    Idiom("np.pad symmetric", lambda x: np.pad(x, (3, 1), mode="symmetric")),
+    Idiom("np.pad wrap", lambda x: np.pad(x, ((6, 0), (2, 15)), mode="wrap")),
+    Idiom("stencil on np.pad edge", lambda x: _padded_stencil(x)),
     # float16 results from other dtypes, as NumPy chooses them
     Idiom("np.exp(bool)", lambda x: np.exp(x > 0)),
     Idiom("x.astype(f16)", lambda x: x.astype(np.float16)),
@@ -285,7 +292,11 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
     ("x += 1 on an argument", lambda x: _iadd(x), "argument"),
     ("x[0] = 1 on an argument", lambda x: _setarg(x), "argument"),
     ("np.asarray(x)", lambda x: np.asarray(x), "np.asarray"),
-    ("np.pad", lambda x: np.pad(x, 1), "np.pad"),
+    ("np.pad mean", lambda x: np.pad(x, 1, mode="mean"), "mode"),
+    ("np.pad odd reflect", lambda x: np.pad(x, 1, mode="reflect", reflect_type="odd"),
+     "reflect_type"),
+    ("np.pad traced width", lambda x: np.pad(x, x.shape[0] * 0 + x[0, 0].astype(int)),
+     "pad_width"),
     ("np.searchsorted", lambda x: np.searchsorted(x[0], x[1]), "np.searchsorted"),
     ("np.einsum ii->i", lambda x: np.einsum("ii->i", x), "einsum"),
     ("np.einsum ...", lambda x: np.einsum("...j->...", x), "einsum"),
@@ -308,6 +319,11 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
     ("return a constant", lambda x: np.ones(3), "return"),
     ("np.matvec", lambda x: np.matvec(x, x[0]), "np.matvec"),
 ]
+
+
+def _padded_stencil(x):
+    u = np.pad(x, 1, mode="edge")
+    return 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]) - x
 
 
 def _iadd(x):

@@ -20,7 +20,7 @@ from ..isa import dtypes as D
 from ..isa.builder import Var
 from ..isa.opcodes import Op
 from ..isa.value import Value
-from . import indexing, linalg
+from . import indexing, linalg, padding
 from . import logic as L
 from . import reductions as R
 from . import shapes as S
@@ -429,6 +429,8 @@ FUNCTIONS: dict[Callable[..., Any], Row] = {
     np.around: _round,
     np.isclose: _isclose,
     np.take: _take,
+    np.pad: lambda p: padding.pad(_a(p, "array", "pad"), p["pad_width"], p["mode"],
+                                  p["kwargs"]),
     np.take_along_axis: _take_along_axis,
     np.sort: _sort,
     np.argsort: _argsort,
@@ -456,7 +458,6 @@ REFUSED: dict[Callable[..., Any], str] = {
     np.fft.fft: "FFTs are not traced",
     np.apply_along_axis: "a Python callback per fiber is not traced; write it vectorised",
     np.searchsorted: "searchsorted is not traced",
-    np.pad: "np.pad is not traced; use np.concatenate with np.zeros_like slices",
 }
 
 
