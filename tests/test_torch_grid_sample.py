@@ -77,3 +77,61 @@ def test_nearest_grid_sample_keeps_the_op_backward():
     assert ran["forward"] == [] and ran["backward"] == ["aten.grid_sampler_2d_backward"]
     torch.testing.assert_close(y, F.grid_sample(x, g, "nearest", align_corners=False),
                                rtol=0, atol=0)
+
+
+def _volume(seed: int, contiguous: bool = True):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 3, 4, 5, 6, dtype=torch.float64, generator=gen)
+    if not contiguous:
+        x = x.transpose(2, 4).contiguous().transpose(2, 4)
+    g = torch.rand(2, 3, 4, 2, 3, dtype=torch.float64, generator=gen) * 2.6 - 1.3
+    return x.requires_grad_(), g.requires_grad_()
+
+
+@pytest.mark.parametrize("padding,align_corners", list(itertools.product(
+    ("zeros", "border", "reflection"), (False, True))))
+def test_trilinear_grid_sample_forward_and_backward_in_hologram(padding, align_corners):
+    """A 5-D input (PyTorch has no decomposition of ``grid_sampler_3d``; hologram's
+    ``_grid_sample_3d``): values and both gradients are eager's in float64, and no op
+    runs in PyTorch."""
+    def f(x, g):
+        return F.grid_sample(x, g, "bilinear", padding, align_corners)
+
+    x, g = _volume(len(padding) + align_corners, not align_corners)
+    torch._dynamo.reset()
+    with collect_graphs() as graphs:
+        y = torch.compile(f, backend="hologram")(x, g)
+        gy = torch.randn_like(y)
+        got = torch.autograd.grad(y, (x, g), gy)
+    want_y = f(x, g)
+    want = torch.autograd.grad(want_y, (x, g), gy)
+    assert [op for gr in graphs for op, _ in gr.torch_ops] == []
+    assert {gr.kind for gr in graphs} >= {"forward", "backward"}
+    torch.testing.assert_close(y, want_y, rtol=1e-12, atol=1e-12)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_trilinear_grid_sample_at_nan_and_inf(padding):
+    """NaN and inf in the volume reach the outputs that read them, as in eager; a NaN
+    grid point reads nothing with zeros padding (a zero output and zero gradients, as
+    eager's) and the last position with the others (eager's forward clips NaN there)."""
+    x, g = _volume(9)
+    x, g = x.detach().clone(), g.detach().clone()
+    x[0, 0, 1, 1, 1], x[1, 2, 3, 4, 5] = float("nan"), float("inf")
+    g[0, 0, 0, 0] = float("nan")
+    g[1, 2, 3, 1] = torch.tensor([0.3, float("inf"), -0.2], dtype=torch.float64)
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, g: F.grid_sample(x, g, padding_mode=padding,
+                                                 align_corners=False), backend="hologram")
+    with torch.no_grad():
+        want = F.grid_sample(x, g, padding_mode=padding, align_corners=False)
+        torch.testing.assert_close(f(x, g), want, rtol=1e-12, atol=1e-12, equal_nan=True)
+    if padding == "zeros":
+        xr, gr = x.clone().nan_to_num(0, 0, 0).requires_grad_(), g.clone().requires_grad_()
+        f(xr, gr).sum().backward()
+        xe, ge = xr.detach().clone().requires_grad_(), gr.detach().clone().requires_grad_()
+        F.grid_sample(xe, ge, align_corners=False).sum().backward()
+        torch.testing.assert_close(gr.grad, ge.grad, rtol=1e-11, atol=1e-11, equal_nan=True)
+        torch.testing.assert_close(xr.grad, xe.grad, rtol=1e-11, atol=1e-11, equal_nan=True)

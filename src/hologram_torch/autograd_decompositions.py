@@ -10,8 +10,8 @@ traces it, the call runs PyTorch's own decomposition (``torch._decomp``): corner
 GATHERed at the grid's positions, weights, selects and sums, whose backward ops
 (scatter-adds, products) are in hologram's table. The values are the decomposition's
 (PyTorch's reference for the op, checked against eager in float64 by the tests).
-``embedding_bag``, which has no decomposition in PyTorch, is written here the same way
-(:func:`_bag`).
+``embedding_bag`` and 3-D ``grid_sample``, which have no decomposition in PyTorch, are
+written here the same way (:func:`_bag`, :func:`_grid_sample_3d`).
 
 One row per function dynamo records (:data:`ROWS`); a row returns the replacement or
 None to keep the call (a form the decomposition does not cover).
@@ -40,13 +40,83 @@ def _example(arg: Any) -> Any:
     return getattr(arg, "meta", {}).get("example_value")
 
 
+def _source_index(coords: torch.Tensor, size: int, padding: str,
+                  align_corners: bool) -> torch.Tensor:
+    """Grid coordinates in [-1, 1] as input positions, padded as ``padding`` says
+    (ATen's ``grid_sampler_compute_source_index``; PyTorch's 2-D decomposition's)."""
+    mul = (size * 0.5 - 0.5) if align_corners else size * 0.5
+    coords = coords * mul + (size * 0.5 - 0.5)
+    if padding == "border":
+        return _clip(coords, size)
+    if padding == "reflection":  # reflected into [lo, hi] (bounds doubled: halves exact)
+        twice_lo, twice_hi = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        if twice_lo == twice_hi:
+            return torch.zeros_like(coords)
+        lo, span = twice_lo / 2, (twice_hi - twice_lo) / 2
+        dist = (coords - lo).abs()
+        extra = torch.fmod(dist, span)
+        flips = (dist / span).floor().to(torch.int8)
+        coords = torch.where(flips & 1 == 0, extra + lo, span + lo - extra)
+        return _clip(coords, size)
+    return coords
+
+
+def _clip(coords: torch.Tensor, size: int) -> torch.Tensor:
+    """``coords`` clipped to [0, size - 1] as ATen's ``std::min(size - 1, std::max(c, 0))``
+    clips, which takes a NaN to size - 1 (``clamp`` would keep it NaN)."""
+    coords = torch.where(coords < 0, 0.0, coords)
+    return torch.where(coords < size - 1, coords, float(size - 1))
+
+
+def _grid_sample_3d(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
+                    padding_mode: str = "zeros", align_corners: bool | None = None
+                    ) -> torch.Tensor:
+    """F.grid_sample of a 5-D input, trilinear ("bilinear"): the eight corners around
+    each grid point GATHERed from the flattened volume, weighted as ATen's CPU kernel
+    weighs them, a corner outside the volume weighing 0 (read at position 0). PyTorch
+    has no decomposition of ``grid_sampler_3d`` (nor its backward): this one is
+    PyTorch's 2-D decomposition's rule with a third axis. A NaN grid coordinate with
+    border or reflection padding reads the last position, as eager's forward does;
+    eager's backward gives such a point no gradient, this one the forward's."""
+    align = bool(align_corners)
+    n, c, d_in, h_in, w_in = input.shape
+    _, d_out, h_out, w_out, _ = grid.shape
+    ix = _source_index(grid[..., 0], w_in, padding_mode, align)
+    iy = _source_index(grid[..., 1], h_in, padding_mode, align)
+    iz = _source_index(grid[..., 2], d_in, padding_mode, align)
+    x0, y0, z0 = ix.floor(), iy.floor(), iz.floor()
+    x1, y1, z1 = x0 + 1, y0 + 1, z0 + 1
+    flat = input.reshape(n, c, d_in * h_in * w_in)
+    out = None
+    for xs, wx in ((x0, x1 - ix), (x1, ix - x0)):
+        for ys, wy in ((y0, y1 - iy), (y1, iy - y0)):
+            for zs, wz in ((z0, z1 - iz), (z1, iz - z0)):
+                inside = ((xs >= 0) & (xs < w_in) & (ys >= 0) & (ys < h_in)
+                          & (zs >= 0) & (zs < d_in))
+                pos = ((torch.where(inside, zs, 0) * h_in + torch.where(inside, ys, 0))
+                       * w_in + torch.where(inside, xs, 0)).to(torch.int64)
+                corner = torch.gather(flat, 2, pos.reshape(n, 1, -1).expand(n, c, -1))
+                # each factor zeroed outside, so a NaN grid point's gradient is 0 (as
+                # eager's), not 0 * NaN through the product's other factors
+                wx_, wy_, wz_ = (torch.where(inside, w, 0) for w in (wx, wy, wz))
+                weight = (wx_ * wy_ * wz_).reshape(n, 1, -1)
+                term = corner * weight
+                out = term if out is None else out + term
+    assert out is not None
+    return out.reshape(n, c, d_out, h_out, w_out)
+
+
 def _grid_sample(node: torch.fx.Node) -> Callable[..., Any] | None:
-    """F.grid_sample of a 4-D input in bilinear or bicubic mode. Nearest is left to the
-    op: its grid has no gradient (eager's backward gives zeros), where a decomposition
-    would leave the grid out of the graph and its ``.grad`` None."""
+    """F.grid_sample of a 4-D input in bilinear or bicubic mode, or of a 5-D input in
+    bilinear (trilinear) mode. Nearest is left to the op: its grid has no gradient
+    (eager's backward gives zeros), where a decomposition would leave the grid out of
+    the graph and its ``.grad`` None."""
     bound = _bound(node, ("input", "grid", "mode", "padding_mode", "align_corners"))
     mode, padding = bound.get("mode", "bilinear"), bound.get("padding_mode", "zeros")
     example = _example(bound.get("input"))
+    if example is not None and example.dim() == 5 and mode == "bilinear" \
+            and padding in _PADDINGS:
+        return _grid_sample_3d
     if mode not in _MODES or padding not in _PADDINGS or example is None \
             or example.dim() != 4:
         return None
