@@ -228,6 +228,12 @@ IDIOMS: list[Idiom] = [
     Idiom("np.einsum ij->j", lambda x: np.einsum("ij->j", x)),
     Idiom("np.einsum ij,ij->i", lambda x: np.einsum("ij,ij->i", x, x)),
     Idiom("np.einsum bij,bjk", lambda x: np.einsum("bij,bjk->bik", x[None], x.T[None])),
+    # (min_rows: NumPy's 'ii->i' of a 0x5 array returns 5 uninitialized values)
+    Idiom("np.einsum ii->i", lambda x: np.einsum("ii->i", x[:, :5]), min_rows=5),
+    Idiom("np.einsum ii (trace)", lambda x: np.einsum("ii", x[:, :5]), min_rows=5),
+    Idiom("np.einsum ...j->...", lambda x: np.einsum("...j->...", x)),
+    Idiom("np.einsum ...ij,jk", lambda x: np.einsum("...ij,jk->...ik", x[None], W)),
+    Idiom("np.einsum ... broadcast", lambda x: np.einsum("...j,...j", x, x[:1])),
     Idiom("np.outer", lambda x: np.outer(x[:, 0] if x.shape[1] else x.sum(1), x[0]
                                          if x.shape[0] else x.sum(0))),
     Idiom("np.inner", lambda x: np.inner(x, x)),
@@ -298,8 +304,7 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
     ("np.pad traced width", lambda x: np.pad(x, x.shape[0] * 0 + x[0, 0].astype(int)),
      "pad_width"),
     ("np.searchsorted", lambda x: np.searchsorted(x[0], x[1]), "np.searchsorted"),
-    ("np.einsum ii->i", lambda x: np.einsum("ii->i", x), "einsum"),
-    ("np.einsum ...", lambda x: np.einsum("...j->...", x), "einsum"),
+    ("np.einsum ii non-square", lambda x: np.einsum("ii->i", x), "einsum"),
     ("np.bitwise_count", lambda x: np.bitwise_count(x.astype(np.int32)), "np.bitwise_count"),
     ("x.reshape(5, 5)", lambda x: x.reshape(5, 5), "reshape"),
     ("np.concatenate mismatch", lambda x: np.concatenate([x, x.T], axis=0), "concatenate"),

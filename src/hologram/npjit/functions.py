@@ -281,17 +281,7 @@ def _diagonal(p: dict[str, Any]) -> Value:
                                                                       "diagonal")[0]
     if a1 == a2:
         raise unsupported("diagonal", "axis2", "axis1 and axis2 cannot be the same")
-    off = int(p["offset"])
-    rest = [d for d in range(x.ndim) if d not in (a1, a2)]
-    y = B.permute(x, [*rest, a1, a2])
-    n1, n2 = x.shape[a1], x.shape[a2]
-    r0, c0 = (0, off) if off >= 0 else (-off, 0)
-    count = max(0, min(n1 - r0, n2 - c0))
-    lead = tuple(x.shape[d] for d in rest)
-    if count == 0 or y.size == 0:
-        return B.const(0, x.dtype, (*lead, count))
-    flat = B.reshape(y, (*lead, n1 * n2))
-    return B.take(flat, S.positions(r0 * n2 + c0, n2 + 1, count), len(lead))
+    return S.diagonal(x, a1, a2, int(p["offset"]))
 
 
 def _cross(p: dict[str, Any]) -> Value:

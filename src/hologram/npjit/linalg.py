@@ -20,6 +20,7 @@ from ..isa import dtypes as D
 from ..isa.opcodes import Op
 from ..isa.value import Value
 from . import logic as L
+from . import shapes as S
 from .dtypes import result_type
 from .errors import unsupported
 from .lift import value
@@ -75,26 +76,69 @@ def contract(a: Value, sa: str, b: Value, sb: str, out: str, func: str) -> Value
     return B.permute(r, [have.index(c) for c in out])
 
 
-def _parse(subscripts: str, n: int) -> tuple[list[str], str]:
+def _parse(subscripts: str, ndims: list[int]) -> tuple[list[str], str]:
+    """Each operand's labels and the output's, with every ``...`` spelled out as letters
+    the subscripts do not use: the broadcast axes, aligned from the right as NumPy
+    aligns them (an operand with fewer gets the last ones); an implicit output lists
+    them first, then the labels used once, sorted."""
     s = subscripts.replace(" ", "")
-    if "." in s:
-        raise unsupported("einsum", "subscripts", "ellipsis ('...') is not traced; name "
-                                                  "every axis")
     lhs, arrow, rhs = s.partition("->")
     ins = lhs.split(",")
-    if len(ins) != n:
+    if len(ins) != len(ndims):
         raise unsupported("einsum", "subscripts", f"{len(ins)} operand labels for "
-                                                  f"{n} operands")
-    if not arrow:
-        counts = {c: lhs.count(c) for c in lhs if c != ","}
-        rhs = "".join(sorted(c for c, k in counts.items() if k == 1))
+                                                  f"{len(ndims)} operands")
+    for t in (*ins, rhs):
+        if t.count("...") > 1 or t.replace("...", "").count("."):
+            raise unsupported("einsum", "subscripts", f"{t!r}: at most one '...' per "
+                                                      "operand")
+    spare = [c for c in string.ascii_letters if c not in s]
+    extra = [max(0, nd - len(t.replace("...", ""))) if "..." in t else 0
+             for t, nd in zip(ins, ndims, strict=True)]
+    dots = "".join(spare[:max(extra, default=0)])
+    ins = [t.replace("...", dots[len(dots) - e:] if e else "")
+           for t, e in zip(ins, extra, strict=True)]
+    if arrow:
+        rhs = rhs.replace("...", dots)
+    else:
+        joined = "".join(ins)
+        rhs = dots + "".join(sorted(c for c in dict.fromkeys(joined)
+                                    if joined.count(c) == 1 and c not in dots))
     for t in (*ins, rhs):
         if not all(c in string.ascii_letters for c in t):
             raise unsupported("einsum", "subscripts", f"{t!r}: labels must be letters")
-        if len(set(t)) != len(t):
-            raise unsupported("einsum", "subscripts", f"{t!r} repeats a label (diagonals "
-                                                      "are not traced)")
+    if len(set(rhs)) != len(rhs):
+        raise unsupported("einsum", "subscripts", f"output {rhs!r} repeats a label")
     return ins, rhs
+
+
+def _diagonals(v: Value, labels: str) -> tuple[Value, str]:
+    """An operand whose labels repeat (``ii``, ``iij``) as its diagonals: each repeated
+    label's axes replaced by one, as NumPy's einsum reads them."""
+    while len(set(labels)) != len(labels):
+        c = next(c for c in labels if labels.count(c) > 1)
+        a1 = labels.index(c)
+        a2 = labels.index(c, a1 + 1)
+        if v.shape[a1] != v.shape[a2]:
+            raise unsupported("einsum", "subscripts", f"label {c!r} repeats over axes of "
+                                                      f"sizes {v.shape[a1]} and "
+                                                      f"{v.shape[a2]}")
+        v = S.diagonal(v, a1, a2)
+        labels = "".join(x for i, x in enumerate(labels) if i not in (a1, a2)) + c
+    return v, labels
+
+
+def _broadcast(vals: list[Value], ins: list[str]) -> list[Value]:
+    """Operands whose labels have size 1 where another operand's has more, expanded
+    (NumPy broadcasts the axes ``...`` stands for)."""
+    size: dict[str, int] = {}
+    for v, t in zip(vals, ins, strict=True):
+        for c, n in zip(t, v.shape, strict=True):
+            size[c] = n if size.get(c, 1) == 1 else size[c]
+    out = []
+    for v, t in zip(vals, ins, strict=True):
+        want = tuple(size[c] if n == 1 else n for c, n in zip(t, v.shape, strict=True))
+        out.append(B.expand(v, want) if want != v.shape else v)
+    return out
 
 
 def einsum(subscripts: Any, *operands: Any, out: Any = None, dtype: Any = None,
@@ -103,13 +147,16 @@ def einsum(subscripts: Any, *operands: Any, out: Any = None, dtype: Any = None,
         raise unsupported("einsum", "out", "traced results are new values; drop out=")
     if not isinstance(subscripts, str):
         raise unsupported("einsum", "subscripts", "only the string form is traced")
-    ins, rhs = _parse(subscripts, len(operands))
     d = np.dtype(dtype) if dtype is not None else result_type(*operands)
     vals = [value(x, "einsum", f"operands[{i}]", d) for i, x in enumerate(operands)]
+    ins, rhs = _parse(subscripts, [v.ndim for v in vals])
     for v, s, i in zip(vals, ins, range(len(ins)), strict=True):
         if v.ndim != len(s):
             raise unsupported("einsum", f"operands[{i}]", f"{len(s)} labels for "
                                                           f"{v.ndim} dimensions")
+    pairs = [_diagonals(v, t) for v, t in zip(vals, ins, strict=True)]
+    ins = [t for _, t in pairs]
+    vals = _broadcast([v for v, _ in pairs], ins)
     if len(vals) == 1:
         r, s = _sum_out(vals[0], ins[0], set(rhs))
         if set(rhs) - set(s):

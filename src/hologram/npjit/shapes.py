@@ -227,6 +227,21 @@ def take_positions(x: Value, axis: int, start: int, step: int, count: int) -> Va
     return B.take(x, positions(start, step, count), axis)
 
 
+def diagonal(x: Value, a1: int, a2: int, offset: int = 0) -> Value:
+    """NumPy's ``diagonal``: axes ``a1`` and ``a2`` (distinct, normalized) replaced by
+    one last axis holding the diagonal at ``offset``."""
+    rest = [d for d in range(x.ndim) if d not in (a1, a2)]
+    y = B.permute(x, [*rest, a1, a2])
+    n1, n2 = x.shape[a1], x.shape[a2]
+    r0, c0 = (0, offset) if offset >= 0 else (-offset, 0)
+    count = max(0, min(n1 - r0, n2 - c0))
+    lead = tuple(x.shape[d] for d in rest)
+    if count == 0 or y.size == 0:
+        return B.const(0, x.dtype, (*lead, count))
+    flat = B.reshape(y, (*lead, n1 * n2))
+    return B.take(flat, positions(r0 * n2 + c0, n2 + 1, count), len(lead))
+
+
 def flip(x: Value, axis: Any = None) -> Value:
     for a in axes_of(axis, x.ndim, "flip"):
         x = take_positions(x, a, x.shape[a] - 1, -1, x.shape[a])
@@ -301,7 +316,7 @@ def tril(x: Value, k: int = 0, lower: bool = True) -> Value:
     return L.where(tri_mask(x.shape, int(k), lower), x, L.k(0, x))
 
 
-__all__ = ["broadcast_to", "column_stack", "concatenate", "diff", "expand_dims", "flip",
-           "hstack", "moveaxis", "positions", "ravel", "repeat", "reshape", "roll",
+__all__ = ["broadcast_to", "column_stack", "concatenate", "diagonal", "diff", "expand_dims",
+           "flip", "hstack", "moveaxis", "positions", "ravel", "repeat", "reshape", "roll",
            "shape_arg", "split", "squeeze", "stack", "swapaxes", "take_positions", "tile",
            "transpose", "tril", "tri_mask", "vstack"]
