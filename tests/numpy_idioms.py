@@ -17,6 +17,7 @@ import numpy as np
 W = np.linspace(-1.0, 1.0, 21).reshape(7, 3)  # a captured constant (hidden input)
 IDX = np.array([0, 2, -1, 1])
 MASK7 = np.array([True, False, True, True, False, False, True])
+SORTED = np.array([-2.0, -0.5, 0.0, 0.0, 1.0, 3.0, np.nan])  # ties, and NaN (sorted last)
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,13 @@ IDIOMS: list[Idiom] = [
     Idiom("np.pad symmetric", lambda x: np.pad(x, (3, 1), mode="symmetric")),
     Idiom("np.pad wrap", lambda x: np.pad(x, ((6, 0), (2, 15)), mode="wrap")),
     Idiom("stencil on np.pad edge", lambda x: _padded_stencil(x)),
+    # searching sorted arrays: captured ones, and one sorted in the trace
+    Idiom("np.searchsorted", lambda x: np.searchsorted(SORTED, x)),
+    Idiom("np.searchsorted right", lambda x: np.searchsorted(SORTED, x, side="right")),
+    Idiom("np.searchsorted traced", lambda x: np.searchsorted(np.sort(x[0]), x), min_rows=1),
+    Idiom("np.digitize", lambda x: np.digitize(x, SORTED)),
+    Idiom("np.digitize right, decreasing", lambda x: np.digitize(x, SORTED[::-1], right=True)),
+    Idiom("np.interp", lambda x: np.interp(x, SORTED, np.arange(7.0) ** 2, left=-1.0)),
     # float16 results from other dtypes, as NumPy chooses them
     Idiom("np.exp(bool)", lambda x: np.exp(x > 0)),
     Idiom("x.astype(f16)", lambda x: x.astype(np.float16)),
@@ -298,12 +306,15 @@ UNSUPPORTED: list[tuple[str, Callable, str]] = [
     ("x += 1 on an argument", lambda x: _iadd(x), "argument"),
     ("x[0] = 1 on an argument", lambda x: _setarg(x), "argument"),
     ("np.asarray(x)", lambda x: np.asarray(x), "np.asarray"),
+    ("np.digitize traced bins", lambda x: np.digitize(x, x[0]), "bins"),
+    ("np.interp period", lambda x: np.interp(x, SORTED, SORTED, period=2.0), "period"),
+    ("np.searchsorted sorter", lambda x: np.searchsorted(x[0], x, sorter=np.arange(7)),
+     "sorter"),
     ("np.pad mean", lambda x: np.pad(x, 1, mode="mean"), "mode"),
     ("np.pad odd reflect", lambda x: np.pad(x, 1, mode="reflect", reflect_type="odd"),
      "reflect_type"),
     ("np.pad traced width", lambda x: np.pad(x, x.shape[0] * 0 + x[0, 0].astype(int)),
      "pad_width"),
-    ("np.searchsorted", lambda x: np.searchsorted(x[0], x[1]), "np.searchsorted"),
     ("np.einsum ii non-square", lambda x: np.einsum("ii->i", x), "einsum"),
     ("np.bitwise_count", lambda x: np.bitwise_count(x.astype(np.int32)), "np.bitwise_count"),
     ("x.reshape(5, 5)", lambda x: x.reshape(5, 5), "reshape"),

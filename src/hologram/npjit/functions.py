@@ -20,7 +20,7 @@ from ..isa import dtypes as D
 from ..isa.builder import Var
 from ..isa.opcodes import Op
 from ..isa.value import Value
-from . import indexing, linalg, padding
+from . import indexing, linalg, padding, searching
 from . import logic as L
 from . import reductions as R
 from . import shapes as S
@@ -419,6 +419,10 @@ FUNCTIONS: dict[Callable[..., Any], Row] = {
     np.around: _round,
     np.isclose: _isclose,
     np.take: _take,
+    np.searchsorted: lambda p: searching.searchsorted(p["a"], p["v"], p["side"], p["sorter"]),
+    np.digitize: lambda p: searching.digitize(p["x"], p["bins"], bool(p["right"])),
+    np.interp: lambda p: searching.interp(p["x"], p["xp"], p["fp"], p["left"], p["right"],
+                                          p["period"]),
     np.pad: lambda p: padding.pad(_a(p, "array", "pad"), p["pad_width"], p["mode"],
                                   p["kwargs"]),
     np.take_along_axis: _take_along_axis,
@@ -447,7 +451,6 @@ REFUSED: dict[Callable[..., Any], str] = {
     np.linalg.eig: "eigendecompositions are not traced",
     np.fft.fft: "FFTs are not traced",
     np.apply_along_axis: "a Python callback per fiber is not traced; write it vectorised",
-    np.searchsorted: "searchsorted is not traced",
 }
 
 
