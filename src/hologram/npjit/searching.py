@@ -42,18 +42,28 @@ def search(a: Value, keys: Value, side: str) -> Value:
     n, shape = a.shape[0], keys.shape
     if n == 0 or keys.size == 0:
         return B.const(0, D.i64, shape)
-    flat = B.reshape(keys, (keys.size,))
-    lo = B.const(0, D.i64, (keys.size,))
+    # keys as rows (a GATHER's output cannot be split along the gathered axis, so a
+    # 1-D one would run on one thread): the sorted array broadcast to every row
+    cols = _row_length(keys.size)
+    rows = keys.size // cols
+    flat = B.reshape(keys, (rows, cols))
+    table = B.expand(B.reshape(a, (1, n)), (rows, n))
+    lo = B.const(0, D.i64, (rows, cols))
     step = 1 << (n.bit_length() - 1)  # the largest power of two <= n
     while step:
         cand = L.ew(Op.ADD, lo, L.k(step, D.i64))
         fits = L.le(cand, L.k(n, D.i64))
         at = L.ew(Op.SUB, L.where(fits, cand, L.k(n, D.i64)), L.k(1, D.i64))
-        elem = B.gather(a, at, 0)
+        elem = B.gather(table, at, 1)
         goes = _before(elem, flat) if side == "left" else L.not_(_before(flat, elem))
         lo = L.where(L.and_(fits, goes), cand, lo)
         step >>= 1
     return B.reshape(lo, shape)
+
+
+def _row_length(size: int, most: int = 4096) -> int:
+    """The largest divisor of ``size`` up to ``most``: the keys' row length."""
+    return next(d for d in range(min(size, most), 0, -1) if size % d == 0)
 
 
 def searchsorted(a: Any, v: Any, side: Any = "left", sorter: Any = None) -> Value:
@@ -156,7 +166,13 @@ def _at(v: Value, i: int) -> Value:
 
 
 def _gathered(v: Value, idx: Value) -> Value:
-    return B.reshape(B.gather(v, B.reshape(idx, (idx.size,)), 0), idx.shape)
+    """``v[idx]`` of a 1-D ``v``, in rows as ``search`` gathers."""
+    if idx.size == 0:
+        return B.const(0, v.dtype, idx.shape)
+    cols = _row_length(idx.size)
+    rows = idx.size // cols
+    table = B.expand(B.reshape(v, (1, v.shape[0])), (rows, v.shape[0]))
+    return B.reshape(B.gather(table, B.reshape(idx, (rows, cols)), 1), idx.shape)
 
 
 __all__ = ["digitize", "interp", "search", "searchsorted"]
