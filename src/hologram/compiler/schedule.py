@@ -727,13 +727,25 @@ def _rejoining(program: Program, users: dict[int, list[Value]]) -> set[int]:
 
     Each value's *end* is where the chain of its single element-wise readers stops (a
     value met this way ends where its readers do); a value whose readers all end at
-    one value rejoins."""
+    one value rejoins. A GATHER whose index is an element-wise value of its own shape
+    reads it element by element too (each result element reads the index at its own
+    position), so the chain goes through it: the steps of a binary search
+    (``npjit/searching.py``: each step's position read by the next step's GATHER and
+    by its select) were stored one pass per step (session 37)."""
     end: dict[int, int] = {}
     rejoin: set[int] = set()
+
+    def pointwise(u: Value, v: Value) -> bool:
+        """Whether ``u`` reads ``v`` element by element at its own position."""
+        if u.shape != v.shape:
+            return False
+        return group(u.op) in ELEMENTWISE or (u.op is Op.GATHER and u.srcs[1] is v
+                                              and u.srcs[0] is not v)
+
     for v in reversed(program.instructions):
         rs = list({id(u): u for u in users.get(id(v), [])}.values())
-        inline = bool(rs) and group(v.op) in ELEMENTWISE and all(
-            group(u.op) in ELEMENTWISE and u.shape == v.shape for u in rs)
+        inline = bool(rs) and (group(v.op) in ELEMENTWISE or v.op is Op.GATHER) and all(
+            pointwise(u, v) for u in rs)
         ends = {end.get(id(u), id(u)) for u in rs} if inline else set()
         if inline and len(ends) == 1:
             end[id(v)] = ends.pop()

@@ -39,16 +39,29 @@ def search(a: Value, keys: Value, side: str) -> Value:
     """``np.searchsorted(a, keys, side)`` of a sorted 1-D ``a``: int64 of ``keys``'
     shape, each the count of ``a``'s elements before the key (``left``) or not after
     it (``right``)."""
-    n, shape = a.shape[0], keys.shape
-    if n == 0 or keys.size == 0:
-        return B.const(0, D.i64, shape)
-    # keys as rows (a GATHER's output cannot be split along the gathered axis, so a
-    # 1-D one would run on one thread): the sorted array broadcast to every row
-    cols = _row_length(keys.size)
-    rows = keys.size // cols
-    flat = B.reshape(keys, (rows, cols))
-    table = B.expand(B.reshape(a, (1, n)), (rows, n))
-    lo = B.const(0, D.i64, (rows, cols))
+    if a.shape[0] == 0 or keys.size == 0:
+        return B.const(0, D.i64, keys.shape)
+    return B.reshape(_search_rows(a, _rows(keys), side), keys.shape)
+
+
+def _rows(x: Value) -> Value:
+    """``x`` (not empty) as rows: a GATHER's output cannot be split along its gathered
+    axis, so a search over 1-D keys would run on one thread. The row length is the
+    largest divisor of the size up to 4096."""
+    cols = next(d for d in range(min(x.size, 4096), 0, -1) if x.size % d == 0)
+    return B.reshape(x, (x.size // cols, cols))
+
+
+def _table(a: Value, rows: int) -> Value:
+    """A 1-D value broadcast to ``rows`` rows: what a row of keys gathers from."""
+    return B.expand(B.reshape(a, (1, a.shape[0])), (rows, a.shape[0]))
+
+
+def _search_rows(a: Value, flat: Value, side: str) -> Value:
+    """:func:`search` of 2-D keys, row by row."""
+    n, rows = a.shape[0], flat.shape[0]
+    table = _table(a, rows)
+    lo = B.const(0, D.i64, flat.shape)
     step = 1 << (n.bit_length() - 1)  # the largest power of two <= n
     while step:
         cand = L.ew(Op.ADD, lo, L.k(step, D.i64))
@@ -58,12 +71,7 @@ def search(a: Value, keys: Value, side: str) -> Value:
         goes = _before(elem, flat) if side == "left" else L.not_(_before(flat, elem))
         lo = L.where(L.and_(fits, goes), cand, lo)
         step >>= 1
-    return B.reshape(lo, shape)
-
-
-def _row_length(size: int, most: int = 4096) -> int:
-    """The largest divisor of ``size`` up to ``most``: the keys' row length."""
-    return next(d for d in range(min(size, most), 0, -1) if size % d == 0)
+    return lo
 
 
 def searchsorted(a: Any, v: Any, side: Any = "left", sorter: Any = None) -> Value:
@@ -128,7 +136,7 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None,
     for name, arg in (("x", x), ("xp", xp), ("fp", fp)):
         if result_type(arg).kind == "c":
             raise unsupported("interp", name, "complex values are not traced")
-    xv = value(x, "interp", "x", F64)
+    xs = value(x, "interp", "x", F64)
     xpv, fpv = value(xp, "interp", "xp", F64), value(fp, "interp", "fp", F64)
     if xpv.ndim != 1 or fpv.ndim != 1 or xpv.shape != fpv.shape:
         raise unsupported("interp", "fp", f"xp and fp must be 1-D of one length, got "
@@ -136,13 +144,17 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None,
     n = xpv.shape[0]
     if n == 0:
         raise unsupported("interp", "xp", "array of sample points is empty")
+    if xs.size == 0:
+        return B.const(0.0, D.f64, xs.shape)
+    xv = _rows(xs)  # computed in rows, as the search is
     lval = value(left, "interp", "left", F64) if left is not None else _at(fpv, 0)
     rval = value(right, "interp", "right", F64) if right is not None else _at(fpv, n - 1)
     first, last = _at(xpv, 0), _at(xpv, n - 1)
     if n == 1:  # NumPy's loop for one point: a NaN key gets fp[0] too
-        return L.where(L.lt(xv, first), lval, L.where(L.lt(last, xv), rval, _at(fpv, 0)))
+        r = L.where(L.lt(xv, first), lval, L.where(L.lt(last, xv), rval, _at(fpv, 0)))
+        return B.reshape(r, xs.shape)
     else:
-        j = L.ew(Op.SUB, search(xpv, xv, "right"), L.k(1, D.i64))  # xp[j] <= x < xp[j+1]
+        j = L.ew(Op.SUB, _search_rows(xpv, xv, "right"), L.k(1, D.i64))  # xp[j] <= x
         jc = L.where(L.lt(j, L.k(0, D.i64)), L.k(0, D.i64),
                      L.where(L.lt(j, L.k(n - 2, D.i64)), j, L.k(n - 2, D.i64)))
         x0, y0 = _gathered(xpv, jc), _gathered(fpv, jc)
@@ -157,7 +169,7 @@ def interp(x: Any, xp: Any, fp: Any, left: Any = None, right: Any = None,
         r = L.where(L.eq(j, L.k(n - 1, D.i64)), _at(fpv, n - 1), r)
         r = L.where(L.lt(last, xv), rval, r)
     r = L.where(L.lt(xv, first), lval, r)
-    return L.where(L.isnan(xv), xv, r)
+    return B.reshape(L.where(L.isnan(xv), xv, r), xs.shape)
 
 
 def _at(v: Value, i: int) -> Value:
@@ -166,13 +178,8 @@ def _at(v: Value, i: int) -> Value:
 
 
 def _gathered(v: Value, idx: Value) -> Value:
-    """``v[idx]`` of a 1-D ``v``, in rows as ``search`` gathers."""
-    if idx.size == 0:
-        return B.const(0, v.dtype, idx.shape)
-    cols = _row_length(idx.size)
-    rows = idx.size // cols
-    table = B.expand(B.reshape(v, (1, v.shape[0])), (rows, v.shape[0]))
-    return B.reshape(B.gather(table, B.reshape(idx, (rows, cols)), 1), idx.shape)
+    """``v[idx]`` of a 1-D ``v`` for 2-D positions ``idx``, row by row."""
+    return B.gather(_table(v, idx.shape[0]), idx, 1)
 
 
 __all__ = ["digitize", "interp", "search", "searchsorted"]
