@@ -52,3 +52,16 @@ def test_interp_corner_cases() -> None:
         np.testing.assert_array_equal(got, np.interp(x, xp[:n], fp[:n]))
     got = hg.jit(lambda x: np.interp(x, xp, fp))(np.zeros((0, 3)))
     assert got.shape == (0, 3) and got.dtype == np.float64
+
+
+def test_a_captured_table_indexed_by_a_traced_index_says_what_works() -> None:
+    """``table[idx]`` with a captured NumPy table cannot be traced (NumPy converts the
+    index itself); the error names the two forms that work, and both do."""
+    table = np.linspace(0.0, 1.0, 50)
+    x = np.arange(12).reshape(3, 4) * 4
+    with pytest.raises(hg.errors.NumpyUnsupportedError, match="take_along_axis"):
+        hg.jit(lambda i: table[i])(x)
+    want = table[x]
+    np.testing.assert_array_equal(hg.jit(lambda t, i: t[i])(table, x), want)
+    got = hg.jit(lambda i: np.take_along_axis(table, i.reshape(-1), 0).reshape(i.shape))(x)
+    np.testing.assert_array_equal(got, want)

@@ -131,7 +131,9 @@ class Traced(Var):
         raise NumpyUnsupportedError(
             "@hg.jit: np.asarray: a traced value has no data while the function is traced, "
             "so it cannot become a NumPy array (a NumPy function without traced support, "
-            "or indexing a NumPy array with a traced index: use np.take(array, index))")
+            "or indexing a NumPy array with a traced index: pass the array as an argument "
+            "of the jitted function, where array[index] is traced, or use "
+            "np.take_along_axis(array, index, axis))")
 
     def _no_data(self, what: str) -> NumpyUnsupportedError:
         return NumpyUnsupportedError(
