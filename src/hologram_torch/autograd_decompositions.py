@@ -193,9 +193,42 @@ def _embedding_bag(node: torch.fx.Node) -> Callable[..., Any] | None:
     return _bag
 
 
+#: ATen's enums of grid_sampler's interpolation and padding, by name.
+_MODE_NAMES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+_PADDING_NAMES = {v: k for k, v in _PADDINGS.items()}
+
+
+def _grid_sampler(dims: int) -> Callable[[torch.fx.Node], Callable[..., Any] | None]:
+    """``torch.grid_sampler_2d`` / ``_3d`` called directly (ATen's enums for mode and
+    padding): the same decompositions as :func:`_grid_sample`."""
+    def row(node: torch.fx.Node) -> Callable[..., Any] | None:
+        bound = _bound(node, ("input", "grid", "interpolation_mode", "padding_mode",
+                              "align_corners"))
+        mode = _MODE_NAMES.get(bound.get("interpolation_mode"))  # type: ignore[arg-type]
+        padding = _PADDING_NAMES.get(bound.get("padding_mode"))  # type: ignore[arg-type]
+        example = _example(bound.get("input"))
+        if example is None or example.dim() != dims + 2 or padding is None or \
+                mode not in (("bilinear", "bicubic") if dims == 2 else ("bilinear",)):
+            return None
+
+        def sample(input: torch.Tensor, grid: torch.Tensor, interpolation_mode: int,
+                   padding_mode: int, align_corners: bool) -> torch.Tensor:
+            if dims == 3:
+                return _grid_sample_3d(input, grid, "bilinear",
+                                       _PADDING_NAMES[padding_mode], align_corners)
+            from torch._decomp import decompositions
+            return decompositions.grid_sampler_2d(input, grid, interpolation_mode,
+                                                  padding_mode, bool(align_corners))
+
+        return sample
+    return row
+
+
 #: The function dynamo's node calls -> the row deciding its replacement.
 ROWS: dict[Any, Callable[[torch.fx.Node], Callable[..., Any] | None]] = {
     F.grid_sample: _grid_sample,
+    torch.grid_sampler_2d: _grid_sampler(2),
+    torch.grid_sampler_3d: _grid_sampler(3),
     F.embedding_bag: _embedding_bag,
 }
 
