@@ -79,6 +79,9 @@ def _grid_sample_3d(input: torch.Tensor, grid: torch.Tensor, mode: str = "biline
     border or reflection padding reads the last position, as eager's forward does;
     eager's backward gives such a point no gradient, this one the forward's."""
     align = bool(align_corners)
+    dtype = input.dtype  # half inputs computed in float, as ATen's kernel computes them
+    if dtype in (torch.float16, torch.bfloat16):
+        input, grid = input.float(), grid.float()
     n, c, d_in, h_in, w_in = input.shape
     _, d_out, h_out, w_out, _ = grid.shape
     ix = _source_index(grid[..., 0], w_in, padding_mode, align)
@@ -93,8 +96,8 @@ def _grid_sample_3d(input: torch.Tensor, grid: torch.Tensor, mode: str = "biline
             for zs, wz in ((z0, z1 - iz), (z1, iz - z0)):
                 inside = ((xs >= 0) & (xs < w_in) & (ys >= 0) & (ys < h_in)
                           & (zs >= 0) & (zs < d_in))
-                pos = ((torch.where(inside, zs, 0) * h_in + torch.where(inside, ys, 0))
-                       * w_in + torch.where(inside, xs, 0)).to(torch.int64)
+                zi, yi, xi = (torch.where(inside, t, 0).to(torch.int64) for t in (zs, ys, xs))
+                pos = (zi * h_in + yi) * w_in + xi  # in int64: exact at any size
                 corner = torch.gather(flat, 2, pos.reshape(n, 1, -1).expand(n, c, -1))
                 # each factor zeroed outside, so a NaN grid point's gradient is 0 (as
                 # eager's), not 0 * NaN through the product's other factors
@@ -103,7 +106,7 @@ def _grid_sample_3d(input: torch.Tensor, grid: torch.Tensor, mode: str = "biline
                 term = corner * weight
                 out = term if out is None else out + term
     assert out is not None
-    return out.reshape(n, c, d_out, h_out, w_out)
+    return out.reshape(n, c, d_out, h_out, w_out).to(dtype)
 
 
 def _grid_sample(node: torch.fx.Node) -> Callable[..., Any] | None:
