@@ -98,7 +98,7 @@ def _volume(seed: int, contiguous: bool = True):
     ("zeros", "border", "reflection"), (False, True))))
 def test_trilinear_grid_sample_forward_and_backward_in_hologram(padding, align_corners):
     """A 5-D input (PyTorch has no decomposition of ``grid_sampler_3d``; hologram's
-    ``_grid_sample_3d``): values and both gradients are eager's in float64, and no op
+    ``_grid_sampler_3d``): values and both gradients are eager's in float64, and no op
     runs in PyTorch."""
     def f(x, g):
         return F.grid_sample(x, g, "bilinear", padding, align_corners)

@@ -11,7 +11,7 @@ GATHERed at the grid's positions, weights, selects and sums, whose backward ops
 (scatter-adds, products) are in hologram's table. The values are the decomposition's
 (PyTorch's reference for the op, checked against eager in float64 by the tests).
 ``embedding_bag`` and 3-D ``grid_sample``, which have no decomposition in PyTorch, are
-written here the same way (:func:`_bag`, :func:`_grid_sample_3d`).
+written here the same way (:func:`_bag`, :func:`_grid_sampler_3d`).
 
 One row per function dynamo records (:data:`ROWS`); a row returns the replacement or
 None to keep the call (a form the decomposition does not cover).
@@ -40,15 +40,16 @@ def _example(arg: Any) -> Any:
     return getattr(arg, "meta", {}).get("example_value")
 
 
-def _source_index(coords: torch.Tensor, size: int, padding: str,
+def _source_index(coords: torch.Tensor, size: int, padding: int,
                   align_corners: bool) -> torch.Tensor:
-    """Grid coordinates in [-1, 1] as input positions, padded as ``padding`` says
-    (ATen's ``grid_sampler_compute_source_index``; PyTorch's 2-D decomposition's)."""
+    """Grid coordinates in [-1, 1] as input positions, padded as ``padding`` (ATen's
+    enum, :data:`_PADDINGS`) says (ATen's ``grid_sampler_compute_source_index``;
+    PyTorch's 2-D decomposition's)."""
     mul = (size * 0.5 - 0.5) if align_corners else size * 0.5
     coords = coords * mul + (size * 0.5 - 0.5)
-    if padding == "border":
+    if padding == _PADDINGS["border"]:
         return _clip(coords, size)
-    if padding == "reflection":  # reflected into [lo, hi] (bounds doubled: halves exact)
+    if padding == _PADDINGS["reflection"]:  # into [lo, hi] (bounds doubled: halves exact)
         twice_lo, twice_hi = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
         if twice_lo == twice_hi:
             return torch.zeros_like(coords)
@@ -68,10 +69,11 @@ def _clip(coords: torch.Tensor, size: int) -> torch.Tensor:
     return torch.where(coords < size - 1, coords, float(size - 1))
 
 
-def _grid_sample_3d(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
-                    padding_mode: str = "zeros", align_corners: bool | None = None
-                    ) -> torch.Tensor:
-    """F.grid_sample of a 5-D input, trilinear ("bilinear"): the eight corners around
+def _grid_sampler_3d(input: torch.Tensor, grid: torch.Tensor, interpolation_mode: int = 0,
+                     padding_mode: int = 0, align_corners: bool = False) -> torch.Tensor:
+    """``grid_sampler_3d`` in trilinear mode (ATen's signature and enums, as PyTorch's
+    ``grid_sampler_2d`` decomposition takes them; the rows pass only mode 0, trilinear,
+    so ``interpolation_mode`` is not read): the eight corners around
     each grid point GATHERed from the flattened volume, weighted as ATen's CPU kernel
     weighs them, a corner outside the volume weighing 0 (read at position 0). PyTorch
     has no decomposition of ``grid_sampler_3d`` (nor its backward): this one is
@@ -117,19 +119,18 @@ def _grid_sample(node: torch.fx.Node) -> Callable[..., Any] | None:
     bound = _bound(node, ("input", "grid", "mode", "padding_mode", "align_corners"))
     mode, padding = bound.get("mode", "bilinear"), bound.get("padding_mode", "zeros")
     example = _example(bound.get("input"))
-    if example is not None and example.dim() == 5 and mode == "bilinear" \
-            and padding in _PADDINGS:
-        return _grid_sample_3d
     if mode not in _MODES or padding not in _PADDINGS or example is None \
-            or example.dim() != 4:
+            or example.dim() not in (4, 5) or (example.dim() == 5 and mode != "bilinear"):
         return None
     from torch._decomp import decompositions
 
     def sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
                padding_mode: str = "zeros", align_corners: bool | None = None
                ) -> torch.Tensor:
-        return decompositions.grid_sampler_2d(input, grid, _MODES[mode],
-                                              _PADDINGS[padding_mode], bool(align_corners))
+        decomposition = (decompositions.grid_sampler_2d if input.dim() == 4
+                         else _grid_sampler_3d)
+        return decomposition(input, grid, _MODES[mode], _PADDINGS[padding_mode],
+                             bool(align_corners))
 
     return sample
 
@@ -196,34 +197,21 @@ def _embedding_bag(node: torch.fx.Node) -> Callable[..., Any] | None:
     return _bag
 
 
-#: ATen's enums of grid_sampler's interpolation and padding, by name.
-_MODE_NAMES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
-_PADDING_NAMES = {v: k for k, v in _PADDINGS.items()}
-
-
 def _grid_sampler(dims: int) -> Callable[[torch.fx.Node], Callable[..., Any] | None]:
     """``torch.grid_sampler_2d`` / ``_3d`` called directly (ATen's enums for mode and
-    padding): the same decompositions as :func:`_grid_sample`."""
+    padding, as OpInfo's samples call them): the decompositions :func:`_grid_sample`
+    uses, themselves."""
     def row(node: torch.fx.Node) -> Callable[..., Any] | None:
         bound = _bound(node, ("input", "grid", "interpolation_mode", "padding_mode",
                               "align_corners"))
-        mode = _MODE_NAMES.get(bound.get("interpolation_mode"))  # type: ignore[arg-type]
-        padding = _PADDING_NAMES.get(bound.get("padding_mode"))  # type: ignore[arg-type]
+        modes = set(_MODES.values()) if dims == 2 else {_MODES["bilinear"]}
         example = _example(bound.get("input"))
-        if example is None or example.dim() != dims + 2 or padding is None or \
-                mode not in (("bilinear", "bicubic") if dims == 2 else ("bilinear",)):
+        if example is None or example.dim() != dims + 2 \
+                or bound.get("interpolation_mode") not in modes \
+                or bound.get("padding_mode") not in _PADDINGS.values():
             return None
-
-        def sample(input: torch.Tensor, grid: torch.Tensor, interpolation_mode: int,
-                   padding_mode: int, align_corners: bool) -> torch.Tensor:
-            if dims == 3:
-                return _grid_sample_3d(input, grid, "bilinear",
-                                       _PADDING_NAMES[padding_mode], align_corners)
-            from torch._decomp import decompositions
-            return decompositions.grid_sampler_2d(input, grid, interpolation_mode,
-                                                  padding_mode, bool(align_corners))
-
-        return sample
+        from torch._decomp import decompositions
+        return decompositions.grid_sampler_2d if dims == 2 else _grid_sampler_3d
     return row
 
 

@@ -25,8 +25,6 @@ from .dtypes import to_numpy
 from .errors import unsupported
 from .shapes import take_positions
 
-#: Modes whose padding copies the array's elements: their position maps are NumPy's.
-COPY_MODES = ("edge", "reflect", "symmetric", "wrap")
 #: Keyword arguments each traced mode takes (NumPy refuses others for it too).
 MODE_KWARGS: dict[str, frozenset[str]] = {
     "constant": frozenset({"constant_values"}), "empty": frozenset(),
@@ -122,4 +120,4 @@ def pad(x: Value, pad_width: Any, mode: Any = "constant",
     return x
 
 
-__all__ = ["COPY_MODES", "pad"]
+__all__ = ["pad"]
